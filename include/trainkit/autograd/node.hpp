@@ -1,0 +1,108 @@
+// trainkit/autograd/node.hpp - a step of the recorded graph: one output, edges to its inputs.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "trainkit/core/elementwise.hpp"
+#include "trainkit/core/tensor.hpp"
+
+namespace trainkit::autograd {
+
+template <class T, class Device>
+struct var_impl;
+
+namespace detail {
+inline std::uint64_t next_sequence_number() {
+  static std::atomic<std::uint64_t> n{0};
+  return n.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+/// A recorded operation. apply() maps the gradient of its output to gradients of its inputs
+/// (undefined tensors where an input needs none); release() frees what forward saved.
+/// \tparam T element type of the graph
+/// \tparam Device device of the graph
+template <class T, class Device>
+class node {
+ public:
+  using tensor_type = tensor<T, Device>;
+
+  virtual ~node() = default;
+  virtual std::vector<tensor_type> apply(tensor_type grad) = 0;
+  virtual void release() {}
+  virtual std::string_view name() const = 0;
+
+  /// next[i] receives the gradient of input i; null when that input needs no gradient.
+  std::vector<std::shared_ptr<node>> next;
+  /// Set by var::retain_grad() on a non-leaf: the var whose grad keeps this node's output gradient.
+  std::weak_ptr<var_impl<T, Device>> retained_output;
+  /// Creation order: backward runs ready nodes latest-first, which makes it deterministic and
+  /// frees activations in the reverse of the order they were made.
+  const std::uint64_t sequence = detail::next_sequence_number();
+};
+
+/// Called with a leaf's incoming gradient before it is accumulated; may return a replacement
+/// (or an undefined tensor to keep it).
+template <class T, class Device>
+using grad_hook = std::function<tensor<T, Device>(const tensor<T, Device>&)>;
+
+/// Called after a leaf's gradient has been accumulated into var::grad() - the moment DDP can
+/// start reducing it.
+template <class T, class Device>
+using post_accumulate_hook = std::function<void(tensor<T, Device>& grad)>;
+
+/// Shared state of a var: its value, gradient, the node that made it and leaf hooks.
+template <class T, class Device>
+struct var_impl {
+  tensor<T, Device> value;
+  tensor<T, Device> grad;
+  std::shared_ptr<node<T, Device>> grad_fn;
+  std::weak_ptr<node<T, Device>> accumulator;
+  bool requires_grad = false;
+  std::vector<grad_hook<T, Device>> hooks;
+  std::vector<post_accumulate_hook<T, Device>> post_hooks;
+};
+
+namespace detail {
+/// True when nobody else references the storage of t, so it can become a gradient in place.
+template <class T, class D>
+bool exclusively_owned(const tensor<T, D>& t) {
+  return t.storage_ptr() && t.storage_ptr().use_count() == 1 && t.is_contiguous() && t.offset() == 0 &&
+         static_cast<index_t>(t.storage_ptr()->size()) == t.numel();
+}
+}  // namespace detail
+
+/// The sink of a leaf that requires grad: runs hooks, accumulates into grad, runs post hooks.
+template <class T, class Device>
+class accumulate_grad final : public node<T, Device> {
+ public:
+  using tensor_type = tensor<T, Device>;
+  explicit accumulate_grad(std::shared_ptr<var_impl<T, Device>> leaf) : leaf_(std::move(leaf)) {}
+
+  std::vector<tensor_type> apply(tensor_type g) override {
+    for (auto& h : leaf_->hooks)
+      if (auto r = h(g); r.defined()) g = std::move(r);
+    TRAINKIT_CHECK(g.sizes() == leaf_->value.sizes(), shape_error, "accumulate_grad",
+                   "gradient of sizes " << to_string(g.sizes()) << " for a leaf of sizes "
+                                        << to_string(leaf_->value.sizes()));
+    if (!leaf_->grad.defined()) {
+      leaf_->grad = detail::exclusively_owned(g) ? std::move(g) : g.clone();
+    } else {
+      add_(leaf_->grad, g);
+    }
+    for (auto& h : leaf_->post_hooks) h(leaf_->grad);
+    return {};
+  }
+  std::string_view name() const override { return "accumulate_grad"; }
+  const std::shared_ptr<var_impl<T, Device>>& leaf() const { return leaf_; }
+
+ private:
+  std::shared_ptr<var_impl<T, Device>> leaf_;
+};
+
+}  // namespace trainkit::autograd

@@ -1,0 +1,135 @@
+// trainkit/autograd/ops/shape.hpp - views and copies that move elements around: reshape,
+// transpose, permute, slice, expand, squeeze/unsqueeze, concat.
+#pragma once
+
+#include <array>
+#include <string_view>
+#include <vector>
+
+#include "trainkit/autograd/function.hpp"
+#include "trainkit/core/elementwise.hpp"
+#include "trainkit/core/concat.hpp"
+#include "trainkit/core/reduce.hpp"
+
+namespace trainkit::autograd {
+
+namespace ops {
+template <class T, class D>
+struct reshape {
+  static constexpr std::string_view name = "reshape";
+  shape in;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
+    return {g.reshape(in)};
+  }
+};
+template <class T, class D>
+struct permute {
+  static constexpr std::string_view name = "permute";
+  std::vector<index_t> inverse;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
+    return {g.permute(inverse)};
+  }
+};
+template <class T, class D>
+struct slice {
+  static constexpr std::string_view name = "slice";
+  shape in;
+  index_t dim, start, end, step;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
+    auto r = tensor<T, D>::zeros(in);
+    auto window = r.slice(dim, start, end, step);
+    copy_(window, g);
+    return {r};
+  }
+};
+template <class T, class D>
+struct expand {
+  static constexpr std::string_view name = "expand";
+  shape in;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
+    return {sum_to(g, in)};
+  }
+};
+template <class T, class D>
+struct concat {
+  static constexpr std::string_view name = "concat";
+  index_t dim;
+  std::vector<index_t> lengths;
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
+    std::vector<tensor<T, D>> r(lengths.size());
+    index_t at = 0;
+    for (std::size_t i = 0; i < lengths.size(); ++i) {
+      if (needs[i]) r[i] = g.slice(dim, at, at + lengths[i]);
+      at += lengths[i];
+    }
+    return r;
+  }
+};
+}  // namespace ops
+
+template <class T, class D>
+var<T, D> reshape(const var<T, D>& x, shape s) {
+  return record(ops::reshape<T, D>{x.sizes()}, x.value().reshape(std::move(s)), x);
+}
+template <class T, class D>
+var<T, D> view(const var<T, D>& x, shape s) {
+  return record(ops::reshape<T, D>{x.sizes()}, x.value().view(std::move(s)), x);
+}
+template <class T, class D>
+var<T, D> flatten(const var<T, D>& x, index_t start = 0, index_t end = -1) {
+  return record(ops::reshape<T, D>{x.sizes()}, x.value().flatten(start, end), x);
+}
+template <class T, class D>
+var<T, D> unsqueeze(const var<T, D>& x, index_t d) {
+  return record(ops::reshape<T, D>{x.sizes()}, x.value().unsqueeze(d), x);
+}
+template <class T, class D>
+var<T, D> squeeze(const var<T, D>& x, index_t d) {
+  return record(ops::reshape<T, D>{x.sizes()}, x.value().squeeze(d), x);
+}
+template <class T, class D>
+var<T, D> permute(const var<T, D>& x, const std::vector<index_t>& order) {
+  auto out = x.value().permute(order);
+  std::vector<index_t> inv(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) inv[wrap_dim(order[i], order.size(), "permute")] = index_t(i);
+  return record(ops::permute<T, D>{inv}, std::move(out), x);
+}
+template <class T, class D>
+var<T, D> transpose(const var<T, D>& x, index_t d0, index_t d1) {
+  std::vector<index_t> order(x.dim());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = index_t(i);
+  std::swap(order[wrap_dim(d0, x.dim(), "transpose")], order[wrap_dim(d1, x.dim(), "transpose")]);
+  return permute(x, order);
+}
+template <class T, class D>
+var<T, D> slice(const var<T, D>& x, index_t dim, index_t start, index_t end, index_t step = 1) {
+  auto out = x.value().slice(dim, start, end, step);
+  // Store the clamped bounds forward used, so backward writes exactly the same window.
+  const index_t n = x.size(dim);
+  index_t s = start < 0 ? start + n : start, e = end < 0 ? end + n : end;
+  s = std::clamp<index_t>(s, 0, n);
+  e = std::clamp<index_t>(e, s, n);
+  return record(ops::slice<T, D>{x.sizes(), index_t(wrap_dim(dim, x.dim(), "slice")), s, e, step}, std::move(out), x);
+}
+template <class T, class D>
+var<T, D> expand(const var<T, D>& x, const shape& s) {
+  return record(ops::expand<T, D>{x.sizes()}, x.value().expand(s), x);
+}
+/// A dense copy (the gradient passes through unchanged).
+template <class T, class D>
+var<T, D> contiguous(const var<T, D>& x) {
+  return record(ops::reshape<T, D>{x.sizes()}, x.value().contiguous(), x);
+}
+
+template <class T, class D>
+var<T, D> concat(const std::vector<var<T, D>>& xs, index_t dim) {
+  std::vector<tensor<T, D>> ts;
+  std::vector<index_t> lengths;
+  for (auto& x : xs) ts.push_back(x.value());
+  auto out = concat(ts, dim);
+  const index_t k = index_t(wrap_dim(dim, out.dim(), "concat"));
+  for (auto& x : xs) lengths.push_back(x.size(k));
+  return record(ops::concat<T, D>{k, lengths}, std::move(out), xs);
+}
+
+}  // namespace trainkit::autograd

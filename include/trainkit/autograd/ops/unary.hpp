@@ -1,0 +1,78 @@
+// trainkit/autograd/ops/unary.hpp - exp, log, sqrt, tanh, sigmoid, relu, gelu.
+#pragma once
+
+#include <array>
+#include <string_view>
+
+#include "trainkit/autograd/function.hpp"
+#include "trainkit/core/elementwise.hpp"
+
+namespace trainkit::autograd {
+
+namespace ops {
+/// An op whose gradient is Backward(g, saved) with saved the input or the output.
+template <class T, class D, class Backward, const char* Name>
+struct pointwise {
+  static constexpr std::string_view name = Name;
+  tensor<T, D> saved;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
+    return {map(Backward{}, g, saved)};
+  }
+};
+struct exp_backward {  // g * exp(x), from the output
+  template <class A>
+  TRAINKIT_HD A operator()(A g, A y) const {
+    return g * y;
+  }
+};
+struct log_backward {  // g / x, from the input
+  template <class A>
+  TRAINKIT_HD A operator()(A g, A x) const {
+    return g / x;
+  }
+};
+inline constexpr char exp_name[] = "exp";
+inline constexpr char log_name[] = "log";
+inline constexpr char sqrt_name[] = "sqrt";
+inline constexpr char tanh_name[] = "tanh";
+inline constexpr char sigmoid_name[] = "sigmoid";
+inline constexpr char relu_name[] = "relu";
+inline constexpr char gelu_name[] = "gelu";
+}  // namespace ops
+
+template <class T, class D>
+var<T, D> exp(const var<T, D>& x) {
+  auto y = trainkit::exp(x.value());
+  return record(ops::pointwise<T, D, ops::exp_backward, ops::exp_name>{y}, y, x);
+}
+template <class T, class D>
+var<T, D> log(const var<T, D>& x) {
+  return record(ops::pointwise<T, D, ops::log_backward, ops::log_name>{x.value()}, trainkit::log(x.value()), x);
+}
+template <class T, class D>
+var<T, D> sqrt(const var<T, D>& x) {
+  auto y = trainkit::sqrt(x.value());
+  return record(ops::pointwise<T, D, functors::sqrt_backward, ops::sqrt_name>{y}, y, x);
+}
+template <class T, class D>
+var<T, D> tanh(const var<T, D>& x) {
+  auto y = trainkit::tanh(x.value());
+  return record(ops::pointwise<T, D, functors::tanh_backward, ops::tanh_name>{y}, y, x);
+}
+template <class T, class D>
+var<T, D> sigmoid(const var<T, D>& x) {
+  auto y = trainkit::sigmoid(x.value());
+  return record(ops::pointwise<T, D, functors::sigmoid_backward, ops::sigmoid_name>{y}, y, x);
+}
+template <class T, class D>
+var<T, D> relu(const var<T, D>& x) {
+  return record(ops::pointwise<T, D, functors::relu_backward, ops::relu_name>{x.value()},
+                trainkit::relu(x.value()), x);
+}
+template <class T, class D>
+var<T, D> gelu(const var<T, D>& x) {
+  return record(ops::pointwise<T, D, functors::gelu_backward, ops::gelu_name>{x.value()},
+                trainkit::gelu(x.value()), x);
+}
+
+}  // namespace trainkit::autograd

@@ -1,0 +1,115 @@
+// trainkit/autograd/var.hpp - var<T, Device>: a tensor that remembers how it was made.
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include "trainkit/autograd/grad_mode.hpp"
+#include "trainkit/autograd/node.hpp"
+#include "trainkit/core/tensor.hpp"
+
+namespace trainkit::autograd {
+
+/// A differentiable value, like a torch.Tensor with requires_grad. Copies share state
+/// (value, gradient, graph position); detach() makes a new leaf over the same value.
+/// \tparam T floating-point element type
+/// \tparam Device cpu or cuda
+template <class T, class Device = cpu>
+class var {
+ public:
+  using tensor_type = tensor<T, Device>;
+  using impl_type = var_impl<T, Device>;
+  using node_type = node<T, Device>;
+
+  var() = default;
+  /// A leaf holding value.
+  var(tensor_type value, bool requires_grad = false) : p_(std::make_shared<impl_type>()) {  // NOLINT
+    p_->value = std::move(value);
+    p_->requires_grad = requires_grad;
+  }
+
+  /// The result of a recorded op (used by autograd/function.hpp).
+  static var from_node(tensor_type value, std::shared_ptr<node_type> fn) {
+    var v(std::move(value), fn != nullptr);
+    v.p_->grad_fn = std::move(fn);
+    return v;
+  }
+
+  bool defined() const noexcept { return p_ != nullptr; }
+  const tensor_type& value() const { return impl().value; }
+  /// Mutable value, for in-place updates outside the graph (optimizers, initialisers).
+  tensor_type& value() { return impl().value; }
+
+  const tensor_type& grad() const { return impl().grad; }
+  tensor_type& grad() { return impl().grad; }
+  void set_grad(tensor_type g) { impl().grad = std::move(g); }
+  /// Drops the gradient (PyTorch's zero_grad(set_to_none=True)).
+  void zero_grad() { impl().grad = tensor_type(); }
+
+  bool requires_grad() const { return impl().requires_grad; }
+  var& set_requires_grad(bool r) {
+    TRAINKIT_CHECK(is_leaf(), usage_error, "set_requires_grad", "only leaves can change requires_grad");
+    impl().requires_grad = r;
+    return *this;
+  }
+  bool is_leaf() const { return impl().grad_fn == nullptr; }
+  const std::shared_ptr<node_type>& grad_fn() const { return impl().grad_fn; }
+
+  /// A new leaf sharing the value, cut from the graph.
+  var detach() const { return var(value(), false); }
+
+  /// Keeps the gradient of this non-leaf in grad() after backward.
+  void retain_grad() {
+    if (is_leaf()) return;
+    impl().grad_fn->retained_output = p_;
+  }
+
+  /// Hook on a leaf's incoming gradient (may return a replacement or an undefined tensor).
+  void register_hook(grad_hook<T, Device> h) {
+    TRAINKIT_CHECK(is_leaf() && requires_grad(), usage_error, "register_hook",
+                   "hooks can only be registered on leaves that require grad");
+    impl().hooks.push_back(std::move(h));
+  }
+  /// Hook run after the gradient has been accumulated into grad() (DDP's readiness signal).
+  void register_post_accumulate_hook(post_accumulate_hook<T, Device> h) {
+    TRAINKIT_CHECK(is_leaf() && requires_grad(), usage_error, "register_post_accumulate_hook",
+                   "hooks can only be registered on leaves that require grad");
+    impl().post_hooks.push_back(std::move(h));
+  }
+  void clear_hooks() {
+    impl().hooks.clear();
+    impl().post_hooks.clear();
+  }
+
+  /// Where this var's gradient goes: its grad_fn, the leaf's accumulator, or null.
+  std::shared_ptr<node_type> gradient_edge() const {
+    auto& i = impl();
+    if (i.grad_fn) return i.grad_fn;
+    if (!i.requires_grad) return nullptr;
+    if (auto a = i.accumulator.lock()) return a;
+    auto a = std::make_shared<accumulate_grad<T, Device>>(p_);
+    i.accumulator = a;
+    return a;
+  }
+
+  /// Runs backpropagation from this var (see autograd/backward.hpp).
+  void backward(const tensor_type& grad = tensor_type(), bool retain_graph = false) const;
+
+  const shape& sizes() const { return value().sizes(); }
+  std::size_t dim() const { return value().dim(); }
+  index_t size(index_t d) const { return value().size(d); }
+  index_t numel() const { return value().numel(); }
+  T item() const { return value().item(); }
+
+  impl_type* get() const noexcept { return p_.get(); }
+  bool same(const var& o) const noexcept { return p_ == o.p_; }
+
+ private:
+  impl_type& impl() const {
+    TRAINKIT_CHECK(p_ != nullptr, usage_error, "var", "use of an undefined var");
+    return *p_;
+  }
+  std::shared_ptr<impl_type> p_;
+};
+
+}  // namespace trainkit::autograd

@@ -1,0 +1,90 @@
+// trainkit/backend/cpu/elementwise.hpp - the strided loop on the host, parallel with OpenMP.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <tuple>
+#include <utility>
+
+#include "trainkit/backend/elementwise.hpp"
+#include "trainkit/config.hpp"
+
+namespace trainkit::backend {
+
+template <>
+struct elementwise<cpu> {
+  /// Below this many elements a parallel region costs more than it saves.
+  static constexpr index_t parallel_grain = 32768;
+
+  template <class F, class... P>
+  static void for_each(shape sizes, std::array<shape, sizeof...(P)> strides, F f, P*... ptrs) {
+    constexpr std::size_t N = sizeof...(P);
+    const index_t total = numel(sizes);
+    if (total == 0) return;
+    detail::coalesce<N>(sizes, strides);
+    const std::size_t nd = sizes.size();
+    const index_t inner = sizes[nd - 1];
+    const index_t rows = total / inner;
+    std::array<index_t, N> inner_stride;
+    for (std::size_t k = 0; k < N; ++k) inner_stride[k] = strides[k][nd - 1];
+    bool unit = true;
+    for (std::size_t k = 0; k < N; ++k) unit = unit && inner_stride[k] == 1;
+
+    auto run_rows = [&](index_t r0, index_t r1) {
+      for (index_t r = r0; r < r1; ++r) {
+        // Offset of row r in each operand: decompose r over the outer dimensions.
+        std::array<index_t, N> off{};
+        index_t rem = r;
+        for (std::size_t d = nd - 1; d-- > 0;) {
+          const index_t i = rem % sizes[d];
+          rem /= sizes[d];
+          for (std::size_t k = 0; k < N; ++k) off[k] += i * strides[k][d];
+        }
+        run_inner(f, inner, off, inner_stride, unit, std::index_sequence_for<P...>{}, ptrs...);
+      }
+    };
+
+    if (total < parallel_grain) {
+      run_rows(0, rows);
+      return;
+    }
+    if (rows == 1) {
+      // One long run: split it into chunks so every thread gets a piece.
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel
+      {
+        const index_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+        const index_t chunk = (inner + nt - 1) / nt;
+        const index_t b = std::min(inner, t * chunk), e = std::min(inner, b + chunk);
+        std::array<index_t, N> off;
+        for (std::size_t k = 0; k < N; ++k) off[k] = b * inner_stride[k];
+        if (e > b) run_inner(f, e - b, off, inner_stride, unit, std::index_sequence_for<P...>{}, ptrs...);
+      }
+#else
+      run_rows(0, 1);
+#endif
+      return;
+    }
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (index_t r = 0; r < rows; ++r) run_rows(r, r + 1);
+  }
+
+ private:
+  template <class F, std::size_t N, std::size_t... I, class... P>
+  static void run_inner(F& f, index_t n, const std::array<index_t, N>& off, const std::array<index_t, N>& st,
+                        bool unit, std::index_sequence<I...>, P*... ptrs) {
+    if (unit) {
+      std::tuple<P*...> base{(ptrs + off[I])...};
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+      for (index_t i = 0; i < n; ++i) f(std::get<I>(base)[i]...);
+    } else {
+      for (index_t i = 0; i < n; ++i) f(ptrs[off[I] + i * st[I]]...);
+    }
+  }
+};
+
+}  // namespace trainkit::backend
