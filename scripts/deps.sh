@@ -1,0 +1,55 @@
+# shellcheck shell=bash
+# scripts/deps.sh - sourced by setup.sh and test.sh: install the Debian packages trainkit needs.
+# (No shebang: it is a library of functions, not a program.)
+
+# What building, testing and the examples need on Debian 12.
+TRAINKIT_DEBIAN_PACKAGES=(
+  build-essential   # g++ 12, make, libc headers
+  cmake             # >= 3.25
+  ninja-build
+  pkg-config        # the pkg-config package test
+  libopenblas-dev   # CBLAS: GEMM and friends
+  catch2            # Catch2 v2, <catch2/catch.hpp>
+  zlib1g-dev        # gzip'd IDX files
+  libbenchmark-dev  # benchmarks/
+  dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist/*.gz for tests and examples
+)
+
+# trainkit_package_installed <pkg>: true when dpkg reports it fully installed.
+trainkit_package_installed() {
+  [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
+}
+
+# trainkit_install_deps: apt-get install whatever of TRAINKIT_DEBIAN_PACKAGES is missing; nothing
+# (not even apt-get update) when all are there. Uses sudo when not root.
+trainkit_install_deps() {
+  local missing=() pkg
+  for pkg in "${TRAINKIT_DEBIAN_PACKAGES[@]}"; do
+    trainkit_package_installed "$pkg" || missing+=("$pkg")
+  done
+  if ((${#missing[@]} == 0)); then
+    echo "deps: all Debian packages present"
+    return 0
+  fi
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "deps: missing ${missing[*]}, and apt-get is not available; install them by hand" >&2
+    return 1
+  fi
+
+  local -a sudo=()
+  if ((EUID != 0)); then
+    if command -v sudo >/dev/null 2>&1; then
+      sudo=(sudo)
+    else
+      echo "deps: missing ${missing[*]}; run as root or install sudo" >&2
+      return 1
+    fi
+  fi
+
+  echo "deps: installing ${missing[*]}"
+  # Wait for another apt/dpkg (unattended-upgrades, a parallel setup) rather than fail at once.
+  local -a apt_opts=(-o DPkg::Lock::Timeout=600)
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" update
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y --no-install-recommends \
+    "${missing[@]}"
+}

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# scripts/test.sh - the whole test suite, as CI runs it (.ci/run).
+#
+#   scripts/test.sh             ASan+UBSan suite (build-asan/), then the main suite (build-test/)
+#   scripts/test.sh --no-asan   the main suite only (quick local runs)
+#   JOBS=4 scripts/test.sh      parallel build and test jobs (default 2)
+#
+# build-test/:  -O2 -g, -Wall -Wextra -Werror; every ctest test.
+# build-asan/:  Debug -O1 -g, -fsanitize=address,undefined, -Werror; examples are built but their
+#               smoke tests (label "example") and the package tests (label "package", which build
+#               without sanitizers anyway) are not run; benchmarks are not built.
+# Exit status: nonzero if any build or test failed. The last line printed is the main suite's ctest
+# summary ("NN% tests passed, N tests failed out of M").
+set -uo pipefail
+
+usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+
+run_asan=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-asan) run_asan=0 ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "test.sh: unknown argument '$arg'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+jobs="${JOBS:-2}"
+
+# shellcheck source=scripts/deps.sh
+source "$repo_root/scripts/deps.sh"
+trainkit_install_deps || exit 1
+
+# suite <name> <build dir> <ctest args...> -- <cmake configure args...>
+# Configures, builds and runs ctest (even after a failed build: whatever did build is tested); the
+# ctest output also goes to <build dir>/ctest.log.
+suite() {
+  local name="$1" dir="$2"
+  shift 2
+  local -a ctest_args=()
+  while (($#)) && [[ "$1" != "--" ]]; do ctest_args+=("$1"); shift; done
+  shift  # the --
+  rm -f "$dir/ctest.log"  # never report a summary left over from an earlier run
+  echo "=== [$name] configure $dir"
+  cmake -S "$repo_root" -B "$dir" -G Ninja "$@" || return 1
+  echo "=== [$name] build"
+  # -k 0: build every target that can be built, so one broken test file does not hide the others;
+  # its test then fails in ctest ("Could not find executable") and the summary counts it.
+  local build_rc=0
+  cmake --build "$dir" -j "$jobs" -- -k 0 || build_rc=$?
+  echo "=== [$name] ctest"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}" 2>&1 | tee "$dir/ctest.log"
+  local ctest_rc="${PIPESTATUS[0]}"
+  if ((build_rc != 0)); then
+    echo "=== [$name] build FAILED (see the compiler errors above)"
+    return 1
+  fi
+  return "$ctest_rc"
+}
+
+asan_status=skipped
+if ((run_asan)); then
+  # LeakSanitizer stays on; a UBSan finding aborts the test (-fno-sanitize-recover) with a stack.
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+  if suite asan "$repo_root/build-asan" -LE "example|package" -- \
+      -DCMAKE_BUILD_TYPE=Debug \
+      "-DCMAKE_CXX_FLAGS_DEBUG=-O1 -g" \
+      -DTRAINKIT_SANITIZE=ON \
+      -DTRAINKIT_WERROR=ON \
+      -DTRAINKIT_BUILD_TESTS=ON \
+      -DTRAINKIT_BUILD_EXAMPLES=ON \
+      -DTRAINKIT_BUILD_BENCHMARKS=OFF; then
+    asan_status=passed
+  else
+    asan_status=FAILED
+  fi
+  unset ASAN_OPTIONS UBSAN_OPTIONS
+fi
+
+main_status=FAILED
+# -O2 -g without -DNDEBUG: asserts stay on in tests.
+if suite main "$repo_root/build-test" -- \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g" \
+    -DTRAINKIT_WERROR=ON \
+    -DTRAINKIT_SANITIZE=OFF \
+    -DTRAINKIT_BUILD_TESTS=ON \
+    -DTRAINKIT_BUILD_EXAMPLES=ON \
+    -DTRAINKIT_BUILD_BENCHMARKS=ON; then
+  main_status=passed
+fi
+
+echo
+echo "=== asan suite (build-asan): $asan_status"
+echo "=== main suite (build-test): $main_status"
+summary="$(grep -E '^[0-9]+% tests passed' "$repo_root/build-test/ctest.log" 2>/dev/null | tail -n 1)"
+if [[ -n "$summary" ]]; then
+  echo "$summary"
+else
+  echo "0% tests passed: the main suite did not build or ctest did not run (see above)"
+fi
+
+[[ "$main_status" == passed && "$asan_status" != FAILED ]]
