@@ -10,3 +10,4 @@ namespace trainkit {
 using autograd::no_grad;
 using autograd::var;
 }  // namespace trainkit
+#include "trainkit/data/data.hpp"

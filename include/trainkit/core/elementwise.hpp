@@ -4,6 +4,7 @@
 #include <array>
 #include <type_traits>
 
+#include "trainkit/backend/cpu/elementwise.hpp"  // the host model (the default device)
 #include "trainkit/backend/elementwise.hpp"
 #include "trainkit/core/functors.hpp"
 #include "trainkit/core/tensor.hpp"

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "trainkit/backend/cpu/blas.hpp"  // the host model (the default device)
 #include "trainkit/backend/blas.hpp"
 #include "trainkit/core/elementwise.hpp"
 #include "trainkit/core/tensor.hpp"

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainkit/backend/cpu/reduce.hpp"  // the host model (the default device)
 #include "trainkit/backend/reduce.hpp"
 #include "trainkit/core/elementwise.hpp"
 #include "trainkit/core/tensor.hpp"
