@@ -41,7 +41,7 @@ struct div {
   std::array<tensor<T, D>, 2> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
     std::array<tensor<T, D>, 2> r;
     if (needs[0]) r[0] = sum_to(g / b, a.sizes());
-    if (needs[1]) r[1] = sum_to(map(functors::div_backward_rhs{}, g, a, b), b.sizes());
+    if (needs[1]) r[1] = sum_to(map(::trainkit::functors::div_backward_rhs{}, g, a, b), b.sizes());
     return r;
   }
 };
@@ -70,7 +70,7 @@ struct pow_scalar {
   double e;
   tensor<T, D> x;
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
-    return {map(functors::pow_scalar_backward<double>{e}, g, x)};
+    return {map(::trainkit::functors::pow_scalar_backward<double>{e}, g, x)};
   }
 };
 template <class T, class D>
@@ -89,7 +89,7 @@ struct pow_tensor {
 template <class T, class D>
 var<T, D> add(const var<T, D>& x, const var<T, D>& y, double alpha = 1.0) {
   auto out = alpha == 1.0 ? trainkit::add(x.value(), y.value())
-                          : map(functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
+                          : map(::trainkit::functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
   return record(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
 }
 template <class T, class D>

@@ -52,26 +52,26 @@ var<T, D> log(const var<T, D>& x) {
 template <class T, class D>
 var<T, D> sqrt(const var<T, D>& x) {
   auto y = trainkit::sqrt(x.value());
-  return record(ops::pointwise<T, D, functors::sqrt_backward, ops::sqrt_name>{y}, y, x);
+  return record(ops::pointwise<T, D, ::trainkit::functors::sqrt_backward, ops::sqrt_name>{y}, y, x);
 }
 template <class T, class D>
 var<T, D> tanh(const var<T, D>& x) {
   auto y = trainkit::tanh(x.value());
-  return record(ops::pointwise<T, D, functors::tanh_backward, ops::tanh_name>{y}, y, x);
+  return record(ops::pointwise<T, D, ::trainkit::functors::tanh_backward, ops::tanh_name>{y}, y, x);
 }
 template <class T, class D>
 var<T, D> sigmoid(const var<T, D>& x) {
   auto y = trainkit::sigmoid(x.value());
-  return record(ops::pointwise<T, D, functors::sigmoid_backward, ops::sigmoid_name>{y}, y, x);
+  return record(ops::pointwise<T, D, ::trainkit::functors::sigmoid_backward, ops::sigmoid_name>{y}, y, x);
 }
 template <class T, class D>
 var<T, D> relu(const var<T, D>& x) {
-  return record(ops::pointwise<T, D, functors::relu_backward, ops::relu_name>{x.value()},
+  return record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{x.value()},
                 trainkit::relu(x.value()), x);
 }
 template <class T, class D>
 var<T, D> gelu(const var<T, D>& x) {
-  return record(ops::pointwise<T, D, functors::gelu_backward, ops::gelu_name>{x.value()},
+  return record(ops::pointwise<T, D, ::trainkit::functors::gelu_backward, ops::gelu_name>{x.value()},
                 trainkit::gelu(x.value()), x);
 }
 

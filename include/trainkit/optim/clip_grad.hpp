@@ -1,0 +1,90 @@
+// trainkit/optim/clip_grad.hpp - gradient clipping by total norm and by value
+// (torch.nn.utils.clip_grad_norm_ and clip_grad_value_).
+#pragma once
+
+#include <cmath>   // std::pow, std::sqrt, std::isfinite
+#include <limits>  // infinity
+#include <type_traits>
+#include <vector>
+
+#include "trainkit/autograd/grad_mode.hpp"  // no_grad
+#include "trainkit/autograd/var.hpp"
+#include "trainkit/core/dtype.hpp"        // accumulate_t
+#include "trainkit/core/elementwise.hpp"  // abs, square, pow, cast, mul_, apply_
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/functors.hpp"
+#include "trainkit/core/reduce.hpp"  // sum, amax
+
+namespace trainkit::optim {
+
+/// The norm_type that means the largest absolute value.
+inline constexpr double inf_norm = std::numeric_limits<double>::infinity();
+
+namespace detail {
+/// The norm_type-norm of one gradient, accumulated in float (double for double gradients), the
+/// 16-bit types widened first so that squares of large gradients do not overflow.
+template <class T, class D>
+double grad_norm(const tensor<T, D>& g, double norm_type) {
+  if (g.numel() == 0) return 0.0;
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const tensor<A, D> a = cast<A>(g);
+  if (norm_type == inf_norm) return static_cast<double>(amax(trainkit::abs(a)).item());
+  if (norm_type == 2.0) return std::sqrt(static_cast<double>(sum(square(a)).item()));
+  if (norm_type == 1.0) return static_cast<double>(sum(trainkit::abs(a)).item());
+  return std::pow(static_cast<double>(sum(trainkit::pow(trainkit::abs(a), norm_type)).item()),
+                  1.0 / norm_type);
+}
+}  // namespace detail
+
+/// Scales the gradients of params in place so that their total norm is at most max_norm, and
+/// returns the total norm before clipping (the norm of the vector of per-gradient norms, i.e. of
+/// all gradients concatenated). As torch: the scale is max_norm / (total + 1e-6), applied only
+/// when it is below 1; parameters without a gradient are ignored (total 0 when none has one).
+/// norm_type is p > 0 or inf_norm. error_if_nonfinite turns a NaN/inf total into a value_error
+/// (otherwise the gradients are scaled by NaN, as torch does, and the caller sees the total).
+template <class T, class D>
+double clip_grad_norm_(const std::vector<autograd::var<T, D>>& params, double max_norm,
+                       double norm_type = 2.0, bool error_if_nonfinite = false) {
+  TRAINKIT_CHECK(norm_type > 0.0, value_error, "clip_grad_norm_",
+                 "norm_type must be > 0 or inf_norm, got " << norm_type);
+  TRAINKIT_CHECK(max_norm >= 0.0, value_error, "clip_grad_norm_", "max_norm must be >= 0, got " << max_norm);
+  autograd::no_grad guard;
+  std::vector<double> norms;
+  for (const auto& p : params)
+    if (p.defined() && p.grad().defined()) norms.push_back(detail::grad_norm(p.grad(), norm_type));
+  if (norms.empty()) return 0.0;
+  double total = 0.0;
+  if (norm_type == inf_norm) {
+    for (double n : norms) total = (n > total || n != n) ? n : total;
+  } else {
+    for (double n : norms) total += norm_type == 2.0 ? n * n : std::pow(n, norm_type);
+    total = norm_type == 2.0 ? std::sqrt(total) : std::pow(total, 1.0 / norm_type);
+  }
+  TRAINKIT_CHECK(!error_if_nonfinite || std::isfinite(total), value_error, "clip_grad_norm_",
+                 "the total norm of order " << norm_type << " of the gradients is " << total
+                                            << "; they cannot be clipped");
+  const double coef = max_norm / (total + 1e-6);
+  if (coef < 1.0 || coef != coef) {
+    for (const auto& p : params) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      auto g = p.grad();
+      mul_(g, coef);
+    }
+  }
+  return total;
+}
+
+/// Clamps every gradient element of params to [-clip_value, clip_value] in place.
+template <class T, class D>
+void clip_grad_value_(const std::vector<autograd::var<T, D>>& params, double clip_value) {
+  TRAINKIT_CHECK(clip_value >= 0.0, value_error, "clip_grad_value_",
+                 "clip_value must be >= 0, got " << clip_value);
+  autograd::no_grad guard;
+  for (const auto& p : params) {
+    if (!p.defined() || !p.grad().defined()) continue;
+    auto g = p.grad();
+    apply_(functors::clamp<double>{-clip_value, clip_value}, g);
+  }
+}
+
+}  // namespace trainkit::optim
