@@ -20,12 +20,7 @@ if(NOT TARGET BLAS::BLAS)
 endif()
 
 set(_trainkit_cblas_hints "")
-# OpenBLAS installs a config file that names its include directory (Debian does too).
-find_package(OpenBLAS CONFIG QUIET)
-if(OpenBLAS_FOUND AND OpenBLAS_INCLUDE_DIRS)
-  list(APPEND _trainkit_cblas_hints ${OpenBLAS_INCLUDE_DIRS})
-endif()
-# .../lib/<arch>/openblas-pthread/libopenblas.so -> .../include/<arch>/openblas-pthread
+# <prefix>/lib/<arch>/openblas-openmp/libopenblas.so -> <prefix>/include/<arch>/openblas-openmp
 foreach(_trainkit_lib IN LISTS BLAS_LIBRARIES)
   if(IS_ABSOLUTE "${_trainkit_lib}" AND EXISTS "${_trainkit_lib}")
     file(REAL_PATH "${_trainkit_lib}" _trainkit_real)
@@ -33,16 +28,22 @@ foreach(_trainkit_lib IN LISTS BLAS_LIBRARIES)
     get_filename_component(_trainkit_variant "${_trainkit_libdir}" NAME)
     get_filename_component(_trainkit_root "${_trainkit_libdir}" DIRECTORY)
     get_filename_component(_trainkit_arch "${_trainkit_root}" NAME)
-    get_filename_component(_trainkit_root "${_trainkit_root}" DIRECTORY)
+    get_filename_component(_trainkit_root "${_trainkit_root}" DIRECTORY)  # <prefix>/lib
+    get_filename_component(_trainkit_root "${_trainkit_root}" DIRECTORY)  # <prefix>
     list(APPEND _trainkit_cblas_hints
       "${_trainkit_root}/include/${_trainkit_arch}/${_trainkit_variant}"
       "${_trainkit_root}/include/${_trainkit_variant}")
   endif()
 endforeach()
 
+# OpenBLAS installs a config file that names its include directory (Debian does too).
+find_package(OpenBLAS CONFIG QUIET)
+if(OpenBLAS_FOUND AND OpenBLAS_INCLUDE_DIRS)
+  list(APPEND _trainkit_cblas_hints ${OpenBLAS_INCLUDE_DIRS})
+endif()
 find_path(TRAINKIT_CBLAS_INCLUDE_DIR cblas.h
   HINTS ${_trainkit_cblas_hints}
-  PATH_SUFFIXES openblas-pthread openblas-openmp openblas-serial openblas
+  PATH_SUFFIXES openblas-openmp openblas-pthread openblas-serial openblas
   DOC "Directory that holds OpenBLAS's cblas.h")
 mark_as_advanced(TRAINKIT_CBLAS_INCLUDE_DIR)
 

@@ -9,9 +9,12 @@ TRAINKIT_DEBIAN_PACKAGES=(
   ninja-build
   pkg-config        # the pkg-config package test
   libopenblas-dev   # CBLAS: GEMM and friends
+  libopenblas-openmp-dev  # the OpenMP build of OpenBLAS: shares the thread pool with our kernels
   catch2            # Catch2 v2, <catch2/catch.hpp>
   zlib1g-dev        # gzip'd IDX files
   libbenchmark-dev  # benchmarks/
+  libopenmpi-dev    # MPI communicator (dist/mpi.hpp) and the multi-process tests
+  openmpi-bin       # mpirun
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist/*.gz for tests and examples
 )
 

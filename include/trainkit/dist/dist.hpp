@@ -1,0 +1,10 @@
+// trainkit/dist/dist.hpp - the communicator concept and the models that need nothing but the host
+// compiler. The MPI model needs <mpi.h> and MPI's libraries (CMake: trainkit::mpi), so it is included
+// on its own: <trainkit/dist/mpi.hpp>; the NCCL model is CUDA code: <trainkit/backend/cuda/nccl.cuh>.
+#pragma once
+
+#include "trainkit/dist/check_consistent.hpp"
+#include "trainkit/dist/concepts.hpp"
+#include "trainkit/dist/reduce_op.hpp"
+#include "trainkit/dist/thread_group.hpp"
+#include "trainkit/dist/work.hpp"

@@ -1,0 +1,535 @@
+// trainkit/dist/mpi.hpp - a communicator over MPI (OpenMPI, MPICH...): processes on one or many hosts,
+// launched by mpirun/mpiexec/srun. Needs <mpi.h> and MPI's libraries: CMake target trainkit::mpi.
+#pragma once
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "trainkit/core/error.hpp"
+#include "trainkit/dist/check_consistent.hpp"
+#include "trainkit/dist/detail/collective.hpp"
+#include "trainkit/dist/detail/element.hpp"
+#include "trainkit/dist/detail/mpi_types.hpp"
+#include "trainkit/dist/detail/timeout_env.hpp"
+#include "trainkit/dist/reduce_op.hpp"
+#include "trainkit/dist/work.hpp"
+
+namespace trainkit::dist {
+
+/// Options of an mpi communicator.
+struct mpi_options {
+  /// How long wait() polls a collective before it declares a peer dead or stalled and throws
+  /// dist_error. The environment variable TRAINKIT_DIST_TIMEOUT_MS (milliseconds) overrides it, so a
+  /// job script can tighten or loosen it without a rebuild.
+  std::chrono::milliseconds timeout{60000};
+};
+
+namespace detail {
+
+inline std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING + 1] = {};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error code " + std::to_string(code);
+  std::string s(text, static_cast<std::size_t>(std::max(0, len)));
+  int cls = 0;
+  if (MPI_Error_class(code, &cls) == MPI_SUCCESS && cls != code)
+    s += " (error class " + std::to_string(cls) + ")";
+  return s;
+}
+
+// Process-wide MPI facts trainkit needs: the thread level MPI gave us (below MPI_THREAD_MULTIPLE our
+// calls are serialised by one mutex), and what failed: an MPI error, or requests given up after a
+// timeout. MPI_Finalize would wait forever for a dead peer, so mpi_environment finalises only when
+// no error was seen and every abandoned request has completed after all (a peer that was only late).
+struct mpi_process {
+  std::mutex serial;
+  std::atomic<int> thread_level{MPI_THREAD_SINGLE};
+  std::atomic<bool> error_seen{false};
+  std::mutex abandoned_mutex;
+  std::vector<std::pair<MPI_Request, std::shared_ptr<void>>> abandoned;  // request, memory it reads
+
+  static mpi_process& get() {
+    static mpi_process p;
+    return p;
+  }
+
+  std::unique_lock<std::mutex> lock() {
+    return thread_level.load() >= MPI_THREAD_MULTIPLE ? std::unique_lock<std::mutex>(serial, std::defer_lock)
+                                                      : std::unique_lock<std::mutex>(serial);
+  }
+
+  void abandon(MPI_Request r, std::shared_ptr<void> keep) {
+    if (r == MPI_REQUEST_NULL) return;
+    std::lock_guard<std::mutex> lk(abandoned_mutex);
+    abandoned.emplace_back(r, std::move(keep));
+  }
+
+  // Polls the abandoned requests for up to `grace`; true when nothing is left failed.
+  bool settle(std::chrono::milliseconds grace) {
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    std::lock_guard<std::mutex> lk(abandoned_mutex);
+    for (;;) {
+      if (error_seen) return false;
+      for (auto it = abandoned.begin(); it != abandoned.end();) {
+        int flag = 0;
+        int rc = MPI_SUCCESS;
+        {
+          auto serial_lock = lock();
+          rc = MPI_Test(&it->first, &flag, MPI_STATUS_IGNORE);
+        }
+        if (rc != MPI_SUCCESS) {
+          error_seen = true;
+          return false;
+        }
+        it = flag ? abandoned.erase(it) : it + 1;
+      }
+      if (abandoned.empty()) return true;
+      if (std::chrono::steady_clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+};
+
+// MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is up already; returns true if this call initialised it.
+inline bool mpi_ensure_initialized(int* argc, char*** argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  TRAINKIT_CHECK(!finalized, usage_error, "trainkit::dist::mpi", "MPI has already been finalized");
+  int provided = MPI_THREAD_SINGLE;
+  bool here = false;
+  if (!initialized) {
+    const int rc = MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
+    TRAINKIT_CHECK(rc == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
+                   "MPI_Init_thread failed: " << mpi_error_string(rc));
+    here = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  // A communication thread (data_parallel) calls MPI from a thread other than main: at least
+  // SERIALIZED is needed, and our own calls are then serialised through mpi_process::lock().
+  TRAINKIT_CHECK(provided >= MPI_THREAD_SERIALIZED, dist_error, "trainkit::dist::mpi",
+                 "MPI provides thread level " << provided << "; trainkit needs MPI_THREAD_SERIALIZED ("
+                                              << MPI_THREAD_SERIALIZED << ") or MPI_THREAD_MULTIPLE ("
+                                              << MPI_THREAD_MULTIPLE
+                                              << "): initialise MPI with MPI_Init_thread");
+  mpi_process::get().thread_level = provided;
+  return here;
+}
+
+// The duplicated communicator and what every work of it shares.
+struct mpi_comm_state {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  std::chrono::milliseconds timeout{60000};
+  std::atomic<bool> broken{false};
+  std::mutex broken_mutex;
+  std::string broken_reason;
+
+  void mark_broken(const std::string& reason) {
+    std::lock_guard<std::mutex> lk(broken_mutex);
+    if (!broken.exchange(true)) broken_reason = reason;
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lk(broken_mutex);
+    return broken_reason;
+  }
+
+  mpi_comm_state() = default;
+  mpi_comm_state(const mpi_comm_state&) = delete;
+  mpi_comm_state& operator=(const mpi_comm_state&) = delete;
+  ~mpi_comm_state() {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    // A broken communicator may still have requests in flight towards a dead peer: leave it to the
+    // process's end rather than risk blocking in MPI_Comm_free.
+    if (comm != MPI_COMM_NULL && !finalized && !broken) {
+      auto lk = mpi_process::get().lock();
+      MPI_Comm_free(&comm);
+    }
+  }
+};
+
+// Work that completes locally after the transfer (avg divides by the world size).
+using mpi_post_fn = void (*)(void* data, std::size_t count, int world_size);
+
+template <class T>
+void mpi_divide(void* data, std::size_t count, int world_size) {
+  T* p = static_cast<T*>(data);
+  for (std::size_t i = 0; i < count; ++i) p[i] = finish<T>(reduce_op::avg, to_compute(p[i]), world_size);
+}
+
+class mpi_work final : public work_state {
+ public:
+  mpi_work(std::shared_ptr<mpi_comm_state> c, const collective_desc& desc) : c_(std::move(c)), desc_(desc) {}
+
+  ~mpi_work() override {
+    // A request still in flight is given up to MPI (MPI_Request_free on a collective is not
+    // allowed, so it is simply left to the process's end).
+  }
+
+  MPI_Request* request() noexcept { return &req_; }
+  void set_post(mpi_post_fn f, void* data, std::size_t count) noexcept {
+    post_ = f;
+    post_data_ = data;
+    post_count_ = count;
+  }
+  std::vector<unsigned char>& scratch() noexcept { return scratch_; }
+
+  bool done() override {
+    if (state_ == status::pending) test();
+    return state_ != status::pending;
+  }
+
+  void wait() override {
+    if (state_ == status::pending) {
+      const auto start = std::chrono::steady_clock::now();
+      const auto deadline = start + c_->timeout;
+      // Poll: yield for the first 200 us (small collectives finish in microseconds), then sleep a
+      // sixteenth of the time waited so far (50 us - 1 ms): spinning would take a core from the
+      // training threads, and from the peers when ranks share cores (mpirun --oversubscribe), while
+      // the added latency stays within ~6% of the collective's own time.
+      for (;;) {
+        test();
+        if (state_ != status::pending) break;
+        if (c_->broken) {
+          abandon();
+          fail("the communicator failed meanwhile: " + c_->reason());
+          break;
+        }
+        const auto now = std::chrono::steady_clock::now();
+        if (now >= deadline) {
+          std::ostringstream os;
+          os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call()
+             << " to complete (a peer may have died or stalled; the communicator cannot be used any more)";
+          c_->mark_broken(os.str());
+          abandon();
+          fail(os.str());
+          break;
+        }
+        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - start);
+        if (waited < std::chrono::microseconds(200))
+          std::this_thread::yield();
+        else
+          std::this_thread::sleep_for(
+              std::clamp(waited / 16, std::chrono::microseconds(50), std::chrono::microseconds(1000)));
+      }
+    }
+    if (state_ == status::failed) throw dist_error(error_);
+  }
+
+  std::string mpi_call() const {
+    switch (desc_.kind) {
+      case collective_kind::allreduce:
+        return "MPI_Iallreduce";
+      case collective_kind::broadcast:
+        return "MPI_Ibcast";
+      case collective_kind::allgather:
+        return "MPI_Iallgather";
+      case collective_kind::reduce_scatter:
+        return "MPI_Ireduce_scatter_block";
+      case collective_kind::alltoall:
+        return "MPI_Ialltoall";
+      case collective_kind::barrier:
+        return "MPI_Ibarrier";
+    }
+    return "MPI";
+  }
+
+  std::string message(std::string_view reason) const {
+    return failure_message("mpi", desc_, c_->rank, c_->size, c_->timeout, reason);
+  }
+
+ private:
+  enum class status { pending, done, failed };
+
+  void test() {
+    int flag = 0;
+    int rc = MPI_SUCCESS;
+    {
+      auto lk = mpi_process::get().lock();
+      rc = MPI_Test(&req_, &flag, MPI_STATUS_IGNORE);
+    }
+    if (rc != MPI_SUCCESS) {
+      const std::string reason = mpi_call() + " failed: " + mpi_error_string(rc);
+      c_->mark_broken(reason);
+      mpi_process::get().error_seen = true;
+      fail(reason);
+      return;
+    }
+    if (!flag) return;
+    if (post_ != nullptr) post_(post_data_, post_count_, c_->size);
+    state_ = status::done;
+    scratch_.clear();
+    scratch_.shrink_to_fit();
+  }
+
+  // Hands a request that will not complete in time to mpi_process (with the scratch copy it reads),
+  // which checks at the end whether MPI_Finalize is safe.
+  void abandon() {
+    mpi_process::get().abandon(req_, std::make_shared<std::vector<unsigned char>>(std::move(scratch_)));
+    req_ = MPI_REQUEST_NULL;
+  }
+
+  void fail(const std::string& reason) {
+    state_ = status::failed;
+    error_ = message(reason);
+  }
+
+  std::shared_ptr<mpi_comm_state> c_;
+  collective_desc desc_;
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  mpi_post_fn post_ = nullptr;
+  void* post_data_ = nullptr;
+  std::size_t post_count_ = 0;
+  std::vector<unsigned char> scratch_;  // a copy of an input that overlaps the output (MPI forbids aliasing)
+  status state_ = status::pending;
+  std::string error_;
+};
+
+inline bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) noexcept {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a);
+  const auto pb = reinterpret_cast<std::uintptr_t>(b);
+  return a_bytes != 0 && b_bytes != 0 && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+}  // namespace detail
+
+/// RAII guard for MPI itself: initialises MPI with MPI_THREAD_MULTIPLE unless it is initialised
+/// already, and finalises it on destruction if it initialised it. After a communicator failure
+/// MPI_Finalize is skipped unless the failure has healed (see healthy()): it would wait for a dead
+/// peer forever; the process then ends without it (mpirun reports that, and the job fails).
+class mpi_environment {
+ public:
+  mpi_environment() : mpi_environment(nullptr, nullptr) {}
+  mpi_environment(int& argc, char**& argv) : mpi_environment(&argc, &argv) {}
+  mpi_environment(const mpi_environment&) = delete;
+  mpi_environment& operator=(const mpi_environment&) = delete;
+  ~mpi_environment() {
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (owns_ && !finalized && healthy()) MPI_Finalize();
+  }
+
+  /// The thread level MPI provides (MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE).
+  [[nodiscard]] int thread_level() const noexcept { return detail::mpi_process::get().thread_level; }
+  /// Whether this guard initialised MPI (and so finalises it).
+  [[nodiscard]] bool owns() const noexcept { return owns_; }
+  /// False when an MPI call of trainkit's failed, or a collective given up after its timeout has
+  /// still not completed after waiting up to `grace` for it (a dead peer): MPI_Finalize and any
+  /// further collective over the same ranks would then block. True when a timed-out peer was only
+  /// late and has caught up.
+  [[nodiscard]] static bool healthy(std::chrono::milliseconds grace = std::chrono::milliseconds(1000)) {
+    return detail::mpi_process::get().settle(grace);
+  }
+
+ private:
+  mpi_environment(int* argc, char*** argv) : owns_(detail::mpi_ensure_initialized(argc, argv)) {}
+  bool owns_ = false;
+};
+
+/// A communicator over MPI. It works on its own duplicate of the given communicator (default
+/// MPI_COMM_WORLD, initialising MPI with MPI_THREAD_MULTIPLE if nobody has), so its traffic never
+/// mixes with the program's, and sets MPI_ERRORS_RETURN on it: every MPI error becomes a dist_error
+/// carrying MPI_Error_string. Collectives are MPI's non-blocking ones (MPI_Iallreduce, MPI_Ibcast,
+/// MPI_Iallgather, MPI_Ireduce_scatter_block, MPI_Ialltoall, MPI_Ibarrier); wait() polls MPI_Test and
+/// gives up after the timeout: a dead or stalled peer raises dist_error on every survivor, never a
+/// hang. After a failure the communicator is broken for good (plain MPI cannot revoke a collective):
+/// later calls throw at once, and the program should end.
+///
+/// One thread at a time issues and waits on one mpi object (MPI requires every rank to issue
+/// collectives on a communicator in the same order). Counts are limited to INT_MAX per call.
+class mpi {
+ public:
+  using options = mpi_options;
+  using environment = mpi_environment;
+
+  /// Ranks of MPI_COMM_WORLD.
+  explicit mpi(mpi_options opt = {}) : mpi(MPI_COMM_WORLD, opt) {}
+
+  /// Ranks of `comm` (collective over comm: MPI_Comm_dup).
+  explicit mpi(MPI_Comm comm, mpi_options opt = {}) : state_(std::make_shared<detail::mpi_comm_state>()) {
+    detail::mpi_ensure_initialized(nullptr, nullptr);
+    state_->timeout = detail::timeout_from_env("trainkit::dist::mpi", opt.timeout);
+    TRAINKIT_CHECK(state_->timeout.count() > 0, usage_error, "trainkit::dist::mpi",
+                   "timeout must be positive, got " << state_->timeout.count() << " ms");
+    auto lk = detail::mpi_process::get().lock();
+    int rc = MPI_Comm_dup(comm, &state_->comm);
+    TRAINKIT_CHECK(rc == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
+                   "MPI_Comm_dup failed: " << detail::mpi_error_string(rc));
+    rc = MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_rank(state_->comm, &state_->rank);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_size(state_->comm, &state_->size);
+    TRAINKIT_CHECK(rc == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
+                   "setting up the communicator failed: " << detail::mpi_error_string(rc));
+    TRAINKIT_CHECK(
+        detail::mpi_float16_ops::get().error == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
+        "MPI_Op_create failed: " << detail::mpi_error_string(detail::mpi_float16_ops::get().error));
+  }
+
+  mpi(mpi&&) noexcept = default;
+  mpi& operator=(mpi&&) noexcept = default;
+  mpi(const mpi&) = delete;
+  mpi& operator=(const mpi&) = delete;
+  ~mpi() = default;
+
+  [[nodiscard]] int rank() const noexcept { return state_->rank; }
+  [[nodiscard]] int size() const noexcept { return state_->size; }
+  /// The timeout in force (options, or TRAINKIT_DIST_TIMEOUT_MS).
+  [[nodiscard]] std::chrono::milliseconds timeout() const noexcept { return state_->timeout; }
+  /// Changes the timeout of later waits (also of works already issued).
+  void set_timeout(std::chrono::milliseconds t) {
+    TRAINKIT_CHECK(t.count() > 0, usage_error, "mpi::set_timeout",
+                   "timeout must be positive, got " << t.count() << " ms");
+    state_->timeout = t;
+  }
+  /// The duplicated MPI communicator (MPI_ERRORS_RETURN set), e.g. to bootstrap NCCL.
+  [[nodiscard]] MPI_Comm native_handle() const noexcept { return state_->comm; }
+  /// Whether a collective of this communicator has failed (it cannot be used any more).
+  [[nodiscard]] bool broken() const noexcept { return state_->broken; }
+
+  template <dist_element T>
+  work allreduce(T* data, std::size_t n, reduce_op op) {
+    const auto desc = detail::collective_desc::make<T>(detail::collective_kind::allreduce, n, op);
+    if (n == 0) return {};
+    auto w = start(desc, n);
+    if (op == reduce_op::avg) w->set_post(&detail::mpi_divide<T>, data, n);
+    return launch(w, [&] {
+      return MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), detail::mpi_datatype<T>(),
+                            detail::mpi_op<T>(op), state_->comm, w->request());
+    });
+  }
+
+  template <dist_element T>
+  work broadcast(T* data, std::size_t n, int root) {
+    TRAINKIT_CHECK(root >= 0 && root < size(), usage_error, "mpi::broadcast",
+                   "root " << root << " is not a rank of a communicator of size " << size());
+    const auto desc =
+        detail::collective_desc::make<T>(detail::collective_kind::broadcast, n, reduce_op::sum, root);
+    if (n == 0) return {};
+    auto w = start(desc, n);
+    return launch(w, [&] {
+      return MPI_Ibcast(data, static_cast<int>(n), detail::mpi_datatype<T>(), root, state_->comm,
+                        w->request());
+    });
+  }
+
+  template <dist_element T>
+  work allgather(const T* in, std::size_t n, T* out) {
+    const auto desc = detail::collective_desc::make<T>(detail::collective_kind::allgather, n);
+    if (n == 0) return {};
+    auto w = start(desc, n);
+    const std::size_t p = static_cast<std::size_t>(size());
+    const void* send = in;
+    if (in == out + static_cast<std::size_t>(rank()) * n) {
+      send = MPI_IN_PLACE;  // the rank's own chunk is already in place
+    } else if (detail::overlaps(in, n * sizeof(T), out, p * n * sizeof(T))) {
+      send = copy_input(*w, in, n);
+    }
+    return launch(w, [&] {
+      return MPI_Iallgather(send, static_cast<int>(n), detail::mpi_datatype<T>(), out, static_cast<int>(n),
+                            detail::mpi_datatype<T>(), state_->comm, w->request());
+    });
+  }
+
+  template <dist_element T>
+  work reduce_scatter(const T* in, T* out, std::size_t n_per_rank, reduce_op op) {
+    const auto desc =
+        detail::collective_desc::make<T>(detail::collective_kind::reduce_scatter, n_per_rank, op);
+    if (n_per_rank == 0) return {};
+    const std::size_t p = static_cast<std::size_t>(size());
+    auto w = start(desc, n_per_rank * p);
+    if (op == reduce_op::avg) w->set_post(&detail::mpi_divide<T>, out, n_per_rank);
+    const void* send = in;
+    if (detail::overlaps(in, p * n_per_rank * sizeof(T), out, n_per_rank * sizeof(T)))
+      send = copy_input(*w, in, p * n_per_rank);
+    return launch(w, [&] {
+      return MPI_Ireduce_scatter_block(send, out, static_cast<int>(n_per_rank), detail::mpi_datatype<T>(),
+                                       detail::mpi_op<T>(op), state_->comm, w->request());
+    });
+  }
+
+  template <dist_element T>
+  work alltoall(const T* in, T* out, std::size_t n_per_rank) {
+    const auto desc = detail::collective_desc::make<T>(detail::collective_kind::alltoall, n_per_rank);
+    if (n_per_rank == 0) return {};
+    const std::size_t p = static_cast<std::size_t>(size());
+    auto w = start(desc, n_per_rank * p);
+    const void* send = in;
+    if (detail::overlaps(in, p * n_per_rank * sizeof(T), out, p * n_per_rank * sizeof(T)))
+      send = copy_input(*w, in, p * n_per_rank);
+    return launch(w, [&] {
+      return MPI_Ialltoall(send, static_cast<int>(n_per_rank), detail::mpi_datatype<T>(), out,
+                           static_cast<int>(n_per_rank), detail::mpi_datatype<T>(), state_->comm,
+                           w->request());
+    });
+  }
+
+  work barrier() {
+    auto w = start(detail::collective_desc{}, 0);
+    return launch(w, [&] { return MPI_Ibarrier(state_->comm, w->request()); });
+  }
+
+  /// Collective: throws dist_error on every rank when `hash` differs between ranks, naming `what` and
+  /// the ranks that differ (data_parallel checks its parameter list with it).
+  void check_same(std::uint64_t hash, std::string_view what) { check_consistent(*this, hash, what); }
+  /// Collective: the same for a list (one hash per parameter, say); names the first differing index.
+  void check_same(const std::vector<std::uint64_t>& hashes, std::string_view what) {
+    check_consistent(*this, hashes, what);
+  }
+
+ private:
+  std::shared_ptr<detail::mpi_work> start(const detail::collective_desc& desc, std::size_t total) {
+    auto w = std::make_shared<detail::mpi_work>(state_, desc);
+    if (state_->broken) throw dist_error(w->message("the communicator failed earlier: " + state_->reason()));
+    TRAINKIT_CHECK(total <= static_cast<std::size_t>(INT_MAX), usage_error, "trainkit::dist::mpi",
+                   desc.str() << ": " << total << " elements exceed MPI's int count limit " << INT_MAX
+                              << "; split the buffer");
+    return w;
+  }
+
+  template <class Call>
+  work launch(const std::shared_ptr<detail::mpi_work>& w, Call&& call) {
+    int rc = MPI_SUCCESS;
+    {
+      auto lk = detail::mpi_process::get().lock();
+      rc = call();
+    }
+    if (rc != MPI_SUCCESS) {
+      const std::string reason = w->mpi_call() + " failed: " + detail::mpi_error_string(rc);
+      state_->mark_broken(reason);
+      detail::mpi_process::get().error_seen = true;
+      throw dist_error(w->message(reason));
+    }
+    return work(w);
+  }
+
+  template <class T>
+  static const void* copy_input(detail::mpi_work& w, const T* in, std::size_t count) {
+    auto& s = w.scratch();
+    s.resize(count * sizeof(T));
+    std::memcpy(s.data(), in, count * sizeof(T));
+    return s.data();
+  }
+
+  std::shared_ptr<detail::mpi_comm_state> state_;
+};
+
+}  // namespace trainkit::dist
