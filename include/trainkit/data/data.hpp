@@ -2,6 +2,10 @@
 #pragma once
 
 #include "trainkit/data/batch_iterator.hpp"
+#include "trainkit/data/cifar10.hpp"
+#include "trainkit/data/distributed_sampler.hpp"
 #include "trainkit/data/idx.hpp"
+#include "trainkit/data/loader.hpp"
 #include "trainkit/data/mnist.hpp"
 #include "trainkit/data/permutation.hpp"
+#include "trainkit/data/transforms.hpp"
