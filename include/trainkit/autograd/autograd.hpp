@@ -10,3 +10,4 @@
 #include "trainkit/autograd/ops/shape.hpp"
 #include "trainkit/autograd/ops/unary.hpp"
 #include "trainkit/autograd/var.hpp"
+#include "trainkit/autograd/nn_ops.hpp"

@@ -19,8 +19,9 @@ struct matmul {
     std::array<tensor<T, D>, 2> r;
     // Promote vectors exactly as forward did, so the batched rule below covers every case.
     tensor<T, D> A = a.dim() == 1 ? a.unsqueeze(0) : a, B = b.dim() == 1 ? b.unsqueeze(1) : b, G = g;
-    if (a.dim() == 1) G = G.unsqueeze(-2);
+    // The column dim first: for vector @ vector G is 0-d and becomes [1] then [1, 1].
     if (b.dim() == 1) G = G.unsqueeze(-1);
+    if (a.dim() == 1) G = G.unsqueeze(-2);
     if (needs[0]) {
       // dA = G @ B^T, summed over batch dims A was broadcast along.
       auto ga = trainkit::matmul(G, B.transpose(-1, -2));

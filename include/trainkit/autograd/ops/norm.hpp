@@ -1,0 +1,167 @@
+// trainkit/autograd/ops/norm.hpp - batch norm and layer norm (fused kernels, backend/norm.hpp).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "trainkit/autograd/function.hpp"
+#include "trainkit/autograd/ops/nn_detail.hpp"
+#include "trainkit/backend/norm.hpp"
+#include "trainkit/core/dtype.hpp"
+#include "trainkit/core/elementwise.hpp"
+
+namespace trainkit::autograd {
+
+namespace ops {
+template <class T, class D>
+struct batch_norm {
+  static constexpr std::string_view name = "batch_norm";
+  using stat_t = accumulate_t<T>;
+  tensor<T, D> x, weight;                 // dense input, weight (undefined when affine = false)
+  tensor<stat_t, D> save_mean, save_invstd;
+  shape x_sizes;
+  index_t n = 0, c = 0, s = 0;
+  bool training = true;
+  int w_slot = -1, b_slot = -1;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
+    std::vector<tensor<T, D>> r(needs.size());
+    const tensor<T, D> g = grad.contiguous();
+    if (needs[0]) r[0] = tensor<T, D>::empty(x.sizes());
+    if (w_slot >= 0 && needs[std::size_t(w_slot)]) r[std::size_t(w_slot)] = tensor<T, D>::empty({c});
+    if (b_slot >= 0 && needs[std::size_t(b_slot)]) r[std::size_t(b_slot)] = tensor<T, D>::empty({c});
+    auto ptr = [&](int slot) { return slot >= 0 && r[std::size_t(slot)].defined() ? r[std::size_t(slot)].data() : nullptr; };
+    backend::norm<D>::batch_norm_backward(g.data(), x.data(), n, c, s, ::trainkit::autograd::detail::data_or_null(weight),
+                                          save_mean.data(), save_invstd.data(), training,
+                                          needs[0] ? r[0].data() : nullptr, ptr(w_slot), ptr(b_slot));
+    if (needs[0]) r[0] = r[0].view(x_sizes);
+    return r;
+  }
+};
+
+template <class T, class D>
+struct layer_norm {
+  static constexpr std::string_view name = "layer_norm";
+  using stat_t = accumulate_t<T>;
+  tensor<T, D> x, weight;
+  tensor<stat_t, D> save_mean, save_rstd;
+  shape x_sizes, w_sizes;
+  index_t rows = 0, cols = 0;
+  int w_slot = -1, b_slot = -1;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
+    std::vector<tensor<T, D>> r(needs.size());
+    const tensor<T, D> g = grad.contiguous();
+    if (needs[0]) r[0] = tensor<T, D>::empty(x.sizes());
+    if (w_slot >= 0 && needs[std::size_t(w_slot)]) r[std::size_t(w_slot)] = tensor<T, D>::empty(w_sizes);
+    if (b_slot >= 0 && needs[std::size_t(b_slot)]) r[std::size_t(b_slot)] = tensor<T, D>::empty(w_sizes);
+    auto ptr = [&](int slot) { return slot >= 0 && r[std::size_t(slot)].defined() ? r[std::size_t(slot)].data() : nullptr; };
+    backend::norm<D>::layer_norm_backward(g.data(), x.data(), rows, cols, ::trainkit::autograd::detail::data_or_null(weight),
+                                          save_mean.data(), save_rstd.data(), needs[0] ? r[0].data() : nullptr,
+                                          ptr(w_slot), ptr(b_slot));
+    if (needs[0]) r[0] = r[0].view(x_sizes);
+    return r;
+  }
+};
+}  // namespace ops
+
+/// torch.nn.functional.batch_norm over x [N, C] or [N, C, *], per channel C.
+/// training: normalises with the batch statistics (biased variance) and, when running_mean /
+/// running_var are defined, updates them in place with `momentum` (unbiased variance, as
+/// PyTorch does); eval: normalises with the running statistics (batch statistics when they are
+/// undefined, like track_running_stats=False). weight/bias may be undefined (affine=false).
+template <class T, class D>
+var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D>& bias, tensor<T, D>& running_mean,
+                     tensor<T, D>& running_var, bool training, double momentum = 0.1, double eps = 1e-5) {
+  using stat_t = accumulate_t<T>;
+  TRAINKIT_CHECK(x.dim() >= 2, shape_error, "batch_norm",
+                 "input must be [N, C] or [N, C, *], got sizes " << to_string(x.sizes()));
+  const index_t n = x.size(0), c = x.size(1), s = c && n ? x.numel() / (n * c) : 0;
+  auto check_c = [&](const shape& sz, const char* what) {
+    TRAINKIT_CHECK(sz.size() == 1 && sz[0] == c, shape_error, "batch_norm",
+                   what << " of sizes " << to_string(sz) << " does not match the " << c
+                        << " channels of the input of sizes " << to_string(x.sizes()));
+  };
+  if (weight.defined()) check_c(weight.sizes(), "weight");
+  if (bias.defined()) check_c(bias.sizes(), "bias");
+  TRAINKIT_CHECK(running_mean.defined() == running_var.defined(), usage_error, "batch_norm",
+                 "running_mean and running_var must both be defined or both undefined");
+  if (running_mean.defined()) {
+    check_c(running_mean.sizes(), "running_mean");
+    check_c(running_var.sizes(), "running_var");
+  }
+  TRAINKIT_CHECK(eps > 0 || eps == 0, value_error, "batch_norm", "eps must be >= 0, got " << eps);
+  const bool use_batch = training || !running_mean.defined();
+  if (use_batch)
+    TRAINKIT_CHECK(n * s > 1, value_error, "batch_norm",
+                   "expected more than 1 value per channel when training, got input sizes " << to_string(x.sizes()));
+
+  const tensor<T, D> xv = x.value().contiguous();
+  const tensor<T, D> wv = weight.defined() ? weight.value().contiguous() : tensor<T, D>();
+  const tensor<T, D> bv = bias.defined() ? bias.value().contiguous() : tensor<T, D>();
+  auto y = tensor<T, D>::empty(xv.sizes());
+  auto save_mean = tensor<stat_t, D>::empty({c}), save_invstd = tensor<stat_t, D>::empty({c});
+  if (use_batch) {
+    // The kernel updates the running statistics in place: give it dense buffers and copy back
+    // when the caller's tensors are views.
+    tensor<T, D> rm, rv;
+    if (training && running_mean.defined()) {
+      rm = running_mean.contiguous();
+      rv = running_var.contiguous();
+    }
+    backend::norm<D>::batch_norm_train(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv), eps,
+                                       momentum, rm.defined() ? rm.data() : nullptr,
+                                       rv.defined() ? rv.data() : nullptr, y.data(), save_mean.data(),
+                                       save_invstd.data());
+    if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
+    if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
+  } else {
+    const tensor<T, D> rm = running_mean.contiguous(), rv = running_var.contiguous();
+    backend::norm<D>::batch_norm_eval(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
+                                      rm.data(), rv.data(), eps, y.data(), save_mean.data(), save_invstd.data());
+  }
+  detail::optional_inputs<T, D> in;
+  in.add(x);
+  const int ws = in.add(weight), bs = in.add(bias);
+  ops::batch_norm<T, D> op{xv, wv, save_mean, save_invstd, x.sizes(), n, c, s, use_batch, ws, bs};
+  return record(std::move(op), std::move(y), in.list);
+}
+
+/// torch.nn.functional.layer_norm: normalises over the trailing dims given by normalized_shape
+/// (biased variance), then scales by weight and shifts by bias (each of sizes normalized_shape,
+/// or undefined).
+template <class T, class D>
+var<T, D> layer_norm(const var<T, D>& x, const shape& normalized_shape, const var<T, D>& weight = {},
+                     const var<T, D>& bias = {}, double eps = 1e-5) {
+  using stat_t = accumulate_t<T>;
+  const shape& xs = x.sizes();
+  bool ok = !normalized_shape.empty() && normalized_shape.size() <= xs.size();
+  for (std::size_t i = 0; ok && i < normalized_shape.size(); ++i)
+    ok = xs[xs.size() - normalized_shape.size() + i] == normalized_shape[i];
+  TRAINKIT_CHECK(ok, shape_error, "layer_norm",
+                 "normalized_shape " << to_string(normalized_shape) << " is not the trailing sizes of the input of sizes "
+                                     << to_string(xs));
+  if (weight.defined())
+    TRAINKIT_CHECK(weight.sizes() == normalized_shape, shape_error, "layer_norm",
+                   "weight of sizes " << to_string(weight.sizes()) << " does not match normalized_shape "
+                                      << to_string(normalized_shape));
+  if (bias.defined())
+    TRAINKIT_CHECK(bias.sizes() == normalized_shape, shape_error, "layer_norm",
+                   "bias of sizes " << to_string(bias.sizes()) << " does not match normalized_shape "
+                                    << to_string(normalized_shape));
+  const index_t cols = numel(normalized_shape), rows = cols ? x.numel() / cols : 0;
+  const tensor<T, D> xv = x.value().contiguous();
+  const tensor<T, D> wv = weight.defined() ? weight.value().contiguous() : tensor<T, D>();
+  const tensor<T, D> bv = bias.defined() ? bias.value().contiguous() : tensor<T, D>();
+  auto y = tensor<T, D>::empty(xs);
+  auto save_mean = tensor<stat_t, D>::empty({rows}), save_rstd = tensor<stat_t, D>::empty({rows});
+  backend::norm<D>::layer_norm_forward(xv.data(), rows, cols, detail::data_or_null(wv), detail::data_or_null(bv), eps,
+                                       y.data(), save_mean.data(), save_rstd.data());
+  detail::optional_inputs<T, D> in;
+  in.add(x);
+  const int ws = in.add(weight), bs = in.add(bias);
+  ops::layer_norm<T, D> op{xv, wv, save_mean, save_rstd, xs, normalized_shape, rows, cols, ws, bs};
+  return record(std::move(op), std::move(y), in.list);
+}
+
+}  // namespace trainkit::autograd

@@ -1,0 +1,336 @@
+// trainkit/backend/cpu/norm.hpp - batch norm, layer norm and softmax on the host (OpenMP).
+//
+// Statistics are accumulated in double whatever T is: a channel of a batch-norm input easily
+// holds 10^5 values, where a float sum loses digits, and the extra cost is nothing next to the
+// memory traffic.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "trainkit/backend/norm.hpp"
+#include "trainkit/config.hpp"
+#include "trainkit/core/dtype.hpp"
+
+namespace trainkit::backend {
+
+namespace detail {
+/// for (i in [0, n)) f(i), in parallel when the whole job (n * cost elements) is big enough.
+template <class F>
+void parallel_for(index_t n, index_t cost, F&& f) {
+  const bool big = n > 1 && n * cost >= 32768;
+  (void)big;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (big)
+#endif
+  for (index_t i = 0; i < n; ++i) f(i);
+}
+}  // namespace detail
+
+template <>
+struct norm<cpu> {
+  // ---- batch norm ------------------------------------------------------------------------------
+  template <class T, class S>
+  static void batch_norm_train(const T* x, index_t n, index_t c, index_t s, const T* weight, const T* bias,
+                               double eps, double momentum, T* running_mean, T* running_var, T* y, S* save_mean,
+                               S* save_invstd) {
+    const index_t m = n * s;
+    detail::parallel_for(c, m * 2, [&](index_t ch) {
+      // One pass: sums of d = x - k and d^2 with k the channel's first value, so the variance
+      // does not cancel catastrophically when |mean| >> std.
+      const double k = m ? double(x[ch * s]) : 0.0;
+      double sum = 0, sq = 0;
+      for (index_t i = 0; i < n; ++i) {
+        const T* p = x + (i * c + ch) * s;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : sum, sq)
+#endif
+        for (index_t j = 0; j < s; ++j) {
+          const double d = double(p[j]) - k;
+          sum += d;
+          sq += d * d;
+        }
+      }
+      const double dm = m ? sum / double(m) : 0.0, mean = k + dm;
+      sq = std::max(0.0, sq - double(m) * dm * dm);  // sum of (x - mean)^2
+      const double var = m ? sq / double(m) : 0.0;
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      save_mean[ch] = S(mean);
+      save_invstd[ch] = S(invstd);
+      if (running_mean) running_mean[ch] = T((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
+      if (running_var) {
+        const double unbiased = m > 1 ? sq / double(m - 1) : std::numeric_limits<double>::quiet_NaN();
+        running_var[ch] = T((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
+      }
+      affine_channel(x, n, c, s, ch, weight, bias, mean, invstd, y);
+    });
+  }
+
+  template <class T, class S>
+  static void batch_norm_eval(const T* x, index_t n, index_t c, index_t s, const T* weight, const T* bias,
+                              const T* running_mean, const T* running_var, double eps, T* y, S* save_mean,
+                              S* save_invstd) {
+    for (index_t ch = 0; ch < c; ++ch) {
+      save_mean[ch] = S(running_mean[ch]);
+      save_invstd[ch] = S(1.0 / std::sqrt(double(running_var[ch]) + eps));
+    }
+    detail::parallel_for(c, n * s, [&](index_t ch) {
+      affine_channel(x, n, c, s, ch, weight, bias, double(save_mean[ch]), double(save_invstd[ch]), y);
+    });
+  }
+
+  template <class T, class S>
+  static void batch_norm_backward(const T* g, const T* x, index_t n, index_t c, index_t s, const T* weight,
+                                  const S* save_mean, const S* save_invstd, bool training, T* dx, T* dweight,
+                                  T* dbias) {
+    const index_t m = n * s;
+    detail::parallel_for(c, m * 3, [&](index_t ch) {
+      const double mean = double(save_mean[ch]), invstd = double(save_invstd[ch]);
+      double sum_g = 0, sum_gx = 0;
+      for (index_t i = 0; i < n; ++i) {
+        const T* gp = g + (i * c + ch) * s;
+        const T* xp = x + (i * c + ch) * s;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+#endif
+        for (index_t j = 0; j < s; ++j) {
+          const double gv = double(gp[j]);
+          sum_g += gv;
+          sum_gx += gv * (double(xp[j]) - mean);
+        }
+      }
+      if (dbias) dbias[ch] = T(sum_g);
+      if (dweight) dweight[ch] = T(sum_gx * invstd);
+      if (!dx) return;
+      // dx = a * g + b * x + k: eval is a plain scale; training subtracts the gradient's mean
+      // and its projection on x_hat (the batch statistics depend on x).
+      const double a = (weight ? double(weight[ch]) : 1.0) * invstd;
+      double b = 0, k = 0;
+      if (training && m > 0) {
+        b = -a * invstd * invstd * sum_gx / double(m);
+        k = -a * sum_g / double(m) - b * mean;
+      }
+      using C = compute_t<T>;
+      const C ca = C(a), cb = C(b), ck = C(k);
+      for (index_t i = 0; i < n; ++i) {
+        const T* gp = g + (i * c + ch) * s;
+        const T* xp = x + (i * c + ch) * s;
+        T* dp = dx + (i * c + ch) * s;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+        for (index_t j = 0; j < s; ++j) dp[j] = T(ca * C(gp[j]) + cb * C(xp[j]) + ck);
+      }
+    });
+  }
+
+  // ---- layer norm ------------------------------------------------------------------------------
+  template <class T, class S>
+  static void layer_norm_forward(const T* x, index_t rows, index_t cols, const T* weight, const T* bias, double eps,
+                                 T* y, S* save_mean, S* save_rstd) {
+    using C = compute_t<T>;
+    detail::parallel_for(rows, cols * 3, [&](index_t r) {
+      const T* p = x + r * cols;
+      double sum = 0;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : sum)
+#endif
+      for (index_t j = 0; j < cols; ++j) sum += double(p[j]);
+      const double mean = cols ? sum / double(cols) : 0.0;
+      double sq = 0;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : sq)
+#endif
+      for (index_t j = 0; j < cols; ++j) {
+        const double d = double(p[j]) - mean;
+        sq += d * d;
+      }
+      const double rstd = 1.0 / std::sqrt((cols ? sq / double(cols) : 0.0) + eps);
+      save_mean[r] = S(mean);
+      save_rstd[r] = S(rstd);
+      const C cm = C(mean), cr = C(rstd);
+      T* q = y + r * cols;
+      for (index_t j = 0; j < cols; ++j) {
+        C v = (C(p[j]) - cm) * cr;
+        if (weight) v *= C(weight[j]);
+        if (bias) v += C(bias[j]);
+        q[j] = T(v);
+      }
+    });
+  }
+
+  template <class T, class S>
+  static void layer_norm_backward(const T* g, const T* x, index_t rows, index_t cols, const T* weight,
+                                  const S* save_mean, const S* save_rstd, T* dx, T* dweight, T* dbias) {
+    using C = compute_t<T>;
+    if (dx) {
+      detail::parallel_for(rows, cols * 3, [&](index_t r) {
+        const T* gp = g + r * cols;
+        const T* xp = x + r * cols;
+        const double mean = double(save_mean[r]), rstd = double(save_rstd[r]);
+        double m1 = 0, m2 = 0;  // sums of dxhat and dxhat * xhat
+        for (index_t j = 0; j < cols; ++j) {
+          const double dh = double(gp[j]) * (weight ? double(weight[j]) : 1.0);
+          m1 += dh;
+          m2 += dh * (double(xp[j]) - mean) * rstd;
+        }
+        m1 /= double(cols);
+        m2 /= double(cols);
+        T* dp = dx + r * cols;
+        const C cm = C(mean), cr = C(rstd), c1 = C(m1), c2 = C(m2);
+        for (index_t j = 0; j < cols; ++j) {
+          const C dh = C(gp[j]) * (weight ? C(weight[j]) : C(1));
+          const C xh = (C(xp[j]) - cm) * cr;
+          dp[j] = T(cr * (dh - c1 - xh * c2));
+        }
+      });
+    }
+    if (!dweight && !dbias) return;
+    // Column sums over rows: each thread sums a contiguous block of rows into its own buffer;
+    // the buffers are merged in thread order, so the result does not depend on scheduling.
+#if TRAINKIT_HAS_OPENMP
+    const int nt = rows * cols >= 32768 ? std::max(1, omp_get_max_threads()) : 1;
+#else
+    const int nt = 1;
+#endif
+    std::vector<double> pw(dweight ? std::size_t(nt * cols) : 0), pb(dbias ? std::size_t(nt * cols) : 0);
+    const index_t chunk = (rows + nt - 1) / nt;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt) if (nt > 1)
+#endif
+    for (int t = 0; t < nt; ++t) {
+      double* w = dweight ? pw.data() + t * cols : nullptr;
+      double* b = dbias ? pb.data() + t * cols : nullptr;
+      const index_t r0 = std::min(rows, t * chunk), r1 = std::min(rows, r0 + chunk);
+      for (index_t r = r0; r < r1; ++r) {
+        const T* gp = g + r * cols;
+        const T* xp = x + r * cols;
+        const double mean = double(save_mean[r]), rstd = double(save_rstd[r]);
+        if (w)
+          for (index_t j = 0; j < cols; ++j) w[j] += double(gp[j]) * (double(xp[j]) - mean) * rstd;
+        if (b)
+          for (index_t j = 0; j < cols; ++j) b[j] += double(gp[j]);
+      }
+    }
+    for (index_t j = 0; j < cols; ++j) {
+      double w = 0, b = 0;
+      for (int t = 0; t < nt; ++t) {
+        if (dweight) w += pw[std::size_t(t * cols + j)];
+        if (dbias) b += pb[std::size_t(t * cols + j)];
+      }
+      if (dweight) dweight[j] = T(w);
+      if (dbias) dbias[j] = T(b);
+    }
+  }
+
+  // ---- softmax -------------------------------------------------------------------------------
+  template <class T>
+  static void softmax_forward(const T* x, index_t outer, index_t dim, index_t inner, bool log, T* y) {
+    using C = compute_t<T>;
+    using A = accumulate_t<T>;
+    if (inner == 1) {
+      detail::parallel_for(outer, dim * 3, [&](index_t o) {
+        const T* p = x + o * dim;
+        T* q = y + o * dim;
+        C mx = -std::numeric_limits<C>::infinity();
+        for (index_t d = 0; d < dim; ++d) mx = std::max(mx, C(p[d]));
+        if (!(mx > -std::numeric_limits<C>::infinity())) mx = C(0);  // all -inf (or NaN): keep the NaN/0s
+        A sum = 0;
+        if (log) {
+          for (index_t d = 0; d < dim; ++d) sum += A(std::exp(C(p[d]) - mx));
+          const C lse = mx + C(std::log(sum));
+          for (index_t d = 0; d < dim; ++d) q[d] = T(C(p[d]) - lse);
+        } else {
+          for (index_t d = 0; d < dim; ++d) {
+            const C e = std::exp(C(p[d]) - mx);
+            sum += A(e);
+            q[d] = T(e);
+          }
+          const C inv = C(1) / C(sum);
+          for (index_t d = 0; d < dim; ++d) q[d] = T(C(q[d]) * inv);
+        }
+      });
+      return;
+    }
+    // Strided: walk a block of `inner` columns at once so every access is a unit-stride run.
+    constexpr index_t block = 256;
+    const index_t nb = (inner + block - 1) / block;
+    detail::parallel_for(outer * nb, std::min(block, inner) * dim * 3, [&](index_t task) {
+      const index_t o = task / nb, i0 = (task % nb) * block, len = std::min(block, inner - i0);
+      C mx[block];
+      A sum[block];
+      for (index_t i = 0; i < len; ++i) {
+        mx[i] = -std::numeric_limits<C>::infinity();
+        sum[i] = A(0);
+      }
+      const T* base = x + o * dim * inner + i0;
+      T* out = y + o * dim * inner + i0;
+      for (index_t d = 0; d < dim; ++d)
+        for (index_t i = 0; i < len; ++i) mx[i] = std::max(mx[i], C(base[d * inner + i]));
+      for (index_t i = 0; i < len; ++i)
+        if (!(mx[i] > -std::numeric_limits<C>::infinity())) mx[i] = C(0);
+      for (index_t d = 0; d < dim; ++d)
+        for (index_t i = 0; i < len; ++i) {
+          const C e = std::exp(C(base[d * inner + i]) - mx[i]);
+          sum[i] += A(e);
+          if (!log) out[d * inner + i] = T(e);
+        }
+      for (index_t d = 0; d < dim; ++d)
+        for (index_t i = 0; i < len; ++i) {
+          if (log)
+            out[d * inner + i] = T(C(base[d * inner + i]) - mx[i] - C(std::log(sum[i])));
+          else
+            out[d * inner + i] = T(C(out[d * inner + i]) / C(sum[i]));
+        }
+    });
+  }
+
+  template <class T>
+  static void softmax_backward(const T* y, const T* g, index_t outer, index_t dim, index_t inner, bool log, T* dx) {
+    using C = compute_t<T>;
+    using A = accumulate_t<T>;
+    // softmax: dx = y * (g - sum(g * y));  log_softmax: dx = g - exp(y) * sum(g).
+    constexpr index_t block = 256;
+    const index_t len_max = std::min(block, std::max<index_t>(inner, 1));
+    const index_t nb = (inner + block - 1) / block;
+    detail::parallel_for(outer * nb, len_max * dim * 2, [&](index_t task) {
+      const index_t o = task / nb, i0 = (task % nb) * block, len = std::min(block, inner - i0);
+      A dot[block];
+      for (index_t i = 0; i < len; ++i) dot[i] = A(0);
+      const index_t base = o * dim * inner + i0;
+      for (index_t d = 0; d < dim; ++d)
+        for (index_t i = 0; i < len; ++i) {
+          const index_t k = base + d * inner + i;
+          dot[i] += log ? A(g[k]) : A(C(g[k]) * C(y[k]));
+        }
+      for (index_t d = 0; d < dim; ++d)
+        for (index_t i = 0; i < len; ++i) {
+          const index_t k = base + d * inner + i;
+          dx[k] = log ? T(C(g[k]) - std::exp(C(y[k])) * C(dot[i])) : T(C(y[k]) * (C(g[k]) - C(dot[i])));
+        }
+    });
+  }
+
+ private:
+  /// y = (x - mean) * invstd * weight + bias over one channel of every sample.
+  template <class T>
+  static void affine_channel(const T* x, index_t n, index_t c, index_t s, index_t ch, const T* weight,
+                             const T* bias, double mean, double invstd, T* y) {
+    using C = compute_t<T>;
+    const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
+    const double shift = (bias ? double(bias[ch]) : 0.0) - mean * scale;
+    const C cs = C(scale), ct = C(shift);
+    for (index_t i = 0; i < n; ++i) {
+      const T* p = x + (i * c + ch) * s;
+      T* q = y + (i * c + ch) * s;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+      for (index_t j = 0; j < s; ++j) q[j] = T(C(p[j]) * cs + ct);
+    }
+  }
+};
+
+}  // namespace trainkit::backend

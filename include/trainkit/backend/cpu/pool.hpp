@@ -1,0 +1,118 @@
+// trainkit/backend/cpu/pool.hpp - max and average pooling on the host, parallel over planes.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+
+#include "trainkit/backend/pool.hpp"
+#include "trainkit/config.hpp"
+#include "trainkit/core/dtype.hpp"
+
+namespace trainkit::backend {
+
+template <>
+struct pool<cpu> {
+  template <class T>
+  static void max_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y, std::int64_t* argmax) {
+    using C = compute_t<T>;
+    for_planes(g, planes, [&](index_t p) {
+      const T* xp = x + p * g.height * g.width;
+      T* yp = y + p * g.out_h * g.out_w;
+      std::int64_t* ip = argmax + p * g.out_h * g.out_w;
+      for (index_t oh = 0; oh < g.out_h; ++oh) {
+        const index_t h0 = oh * g.stride_h - g.pad_h;
+        const index_t hs = std::max<index_t>(h0, 0), he = std::min(h0 + g.kernel_h, g.height);
+        for (index_t ow = 0; ow < g.out_w; ++ow) {
+          const index_t w0 = ow * g.stride_w - g.pad_w;
+          const index_t ws = std::max<index_t>(w0, 0), we = std::min(w0 + g.kernel_w, g.width);
+          // NaN wins and sticks (a later value is never > NaN), as in PyTorch.
+          C best = -std::numeric_limits<C>::infinity();
+          index_t at = hs * g.width + ws;
+          for (index_t h = hs; h < he; ++h) {
+            const T* row = xp + h * g.width;
+            for (index_t w = ws; w < we; ++w) {
+              const C v = C(row[w]);
+              if (v > best || (v != v && best == best)) {
+                best = v;
+                at = h * g.width + w;
+              }
+            }
+          }
+          yp[oh * g.out_w + ow] = T(best);
+          ip[oh * g.out_w + ow] = at;
+        }
+      }
+    });
+  }
+
+  template <class T>
+  static void max_backward(const pool2d_geometry& g, index_t planes, const T* gy, const std::int64_t* argmax, T* gx) {
+    using C = compute_t<T>;
+    for_planes(g, planes, [&](index_t p) {
+      T* gp = gx + p * g.height * g.width;
+      std::fill(gp, gp + g.height * g.width, T(0));
+      const T* gyp = gy + p * g.out_h * g.out_w;
+      const std::int64_t* ip = argmax + p * g.out_h * g.out_w;
+      for (index_t k = 0; k < g.out_h * g.out_w; ++k) gp[ip[k]] = T(C(gp[ip[k]]) + C(gyp[k]));
+    });
+  }
+
+  template <class T>
+  static void avg_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y) {
+    using C = compute_t<T>;
+    using A = accumulate_t<T>;
+    const A inv = A(1) / A(g.kernel_h * g.kernel_w);
+    for_planes(g, planes, [&](index_t p) {
+      const T* xp = x + p * g.height * g.width;
+      T* yp = y + p * g.out_h * g.out_w;
+      for (index_t oh = 0; oh < g.out_h; ++oh) {
+        const index_t h0 = oh * g.stride_h - g.pad_h;
+        const index_t hs = std::max<index_t>(h0, 0), he = std::min(h0 + g.kernel_h, g.height);
+        for (index_t ow = 0; ow < g.out_w; ++ow) {
+          const index_t w0 = ow * g.stride_w - g.pad_w;
+          const index_t ws = std::max<index_t>(w0, 0), we = std::min(w0 + g.kernel_w, g.width);
+          A s = 0;
+          for (index_t h = hs; h < he; ++h)
+            for (index_t w = ws; w < we; ++w) s += A(C(xp[h * g.width + w]));
+          yp[oh * g.out_w + ow] = T(s * inv);
+        }
+      }
+    });
+  }
+
+  template <class T>
+  static void avg_backward(const pool2d_geometry& g, index_t planes, const T* gy, T* gx) {
+    using C = compute_t<T>;
+    const C inv = C(1) / C(g.kernel_h * g.kernel_w);
+    for_planes(g, planes, [&](index_t p) {
+      T* gp = gx + p * g.height * g.width;
+      std::fill(gp, gp + g.height * g.width, T(0));
+      const T* gyp = gy + p * g.out_h * g.out_w;
+      for (index_t oh = 0; oh < g.out_h; ++oh) {
+        const index_t h0 = oh * g.stride_h - g.pad_h;
+        const index_t hs = std::max<index_t>(h0, 0), he = std::min(h0 + g.kernel_h, g.height);
+        for (index_t ow = 0; ow < g.out_w; ++ow) {
+          const index_t w0 = ow * g.stride_w - g.pad_w;
+          const index_t ws = std::max<index_t>(w0, 0), we = std::min(w0 + g.kernel_w, g.width);
+          const C v = C(gyp[oh * g.out_w + ow]) * inv;
+          for (index_t h = hs; h < he; ++h)
+            for (index_t w = ws; w < we; ++w) gp[h * g.width + w] = T(C(gp[h * g.width + w]) + v);
+        }
+      }
+    });
+  }
+
+ private:
+  template <class F>
+  static void for_planes(const pool2d_geometry& g, index_t planes, F&& f) {
+    const bool big = planes > 1 && planes * std::max(g.height * g.width, g.out_h * g.out_w) >= 32768;
+    (void)big;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (big)
+#endif
+    for (index_t p = 0; p < planes; ++p) f(p);
+  }
+};
+
+}  // namespace trainkit::backend

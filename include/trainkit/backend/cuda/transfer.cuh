@@ -1,0 +1,172 @@
+// trainkit/backend/cuda/transfer.cuh - copies between host and device memory (tensor::to<cuda>(),
+// to<cpu>(), item(), to_vector()), staged through pinned host buffers.
+//
+// Tensor memory on the host is pageable. Large copies go through two pinned staging buffers in
+// turn, so that the host-side memcpy of one chunk overlaps the DMA of the other:
+//   host -> device returns once the source has been read (the DMA may still run: the caller may
+//     free or change the source at once, and work on the current stream sees the data);
+//   device -> host returns once the destination holds the data (it waits for the current stream);
+//   device -> device is asynchronous on the current stream.
+// Small copies (<= 256 KiB) go straight through cudaMemcpyAsync, which stages them itself.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <mutex>
+#include <utility>
+
+#include "trainkit/backend/cuda/error.cuh"
+#include "trainkit/backend/cuda/stream.cuh"
+#include "trainkit/core/tensor.hpp"
+
+namespace trainkit {
+
+namespace backend::gpu {
+
+/// Page-locked host memory (cudaMallocHost): what DMA engines read and write at full speed.
+/// Data loaders fill batches here before copying them to the device.
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  explicit pinned_buffer(std::size_t bytes) : size_(bytes) {
+    if (bytes) TRAINKIT_CUDA_CHECK_CTX(cudaMallocHost(&p_, bytes), "pinned host buffer of " << bytes << " bytes");
+  }
+  pinned_buffer(const pinned_buffer&) = delete;
+  pinned_buffer& operator=(const pinned_buffer&) = delete;
+  pinned_buffer(pinned_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  pinned_buffer& operator=(pinned_buffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~pinned_buffer() {
+    if (p_ != nullptr) (void)cudaFreeHost(p_);
+  }
+  void* data() const noexcept { return p_; }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  void* p_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+namespace detail {
+
+/// The two staging buffers and the events that say when the DMA of each has finished.
+struct staging_area {
+  static constexpr std::size_t chunk = std::size_t(4) << 20;
+  static constexpr std::size_t direct_limit = std::size_t(256) << 10;
+  std::mutex m;
+  void* buf[2] = {nullptr, nullptr};
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  int device = -1;
+
+  void ensure() {
+    const int d = current_device();
+    if (buf[0] != nullptr && d == device) return;
+    // Another device: pinned memory is usable from every device, the events are not.
+    for (int i = 0; i < 2; ++i) {
+      if (done[i] != nullptr) {
+        (void)cudaEventSynchronize(done[i]);  // the buffer may still be in a DMA of the old device
+        (void)cudaEventDestroy(done[i]);
+      }
+      done[i] = nullptr;
+      if (buf[i] == nullptr) TRAINKIT_CUDA_CHECK_CTX(cudaMallocHost(&buf[i], chunk), "staging buffer of " << chunk << " bytes");
+      TRAINKIT_CUDA_CHECK(cudaEventCreateWithFlags(&done[i], cudaEventDisableTiming));
+    }
+    device = d;
+  }
+};
+
+inline staging_area& staging() {
+  static staging_area* s = new staging_area;  // leaked: pinned memory outlives static tensors
+  return *s;
+}
+
+inline void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  const cudaStream_t st = current_stream();
+  if (bytes <= staging_area::direct_limit) {
+    TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st),
+                            "host -> device copy of " << bytes << " bytes");
+    return;
+  }
+  staging_area& s = staging();
+  std::lock_guard<std::mutex> lock(s.m);
+  s.ensure();
+  auto* d = static_cast<char*>(dst);
+  const auto* h = static_cast<const char*>(src);
+  for (std::size_t off = 0, i = 0; off < bytes; off += staging_area::chunk, ++i) {
+    const int k = int(i % 2);
+    const std::size_t len = std::min(staging_area::chunk, bytes - off);
+    check(cudaEventSynchronize(s.done[k]), "cudaEventSynchronize");  // the last DMA out of buf[k] is done
+    std::memcpy(s.buf[k], h + off, len);
+    TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(d + off, s.buf[k], len, cudaMemcpyHostToDevice, st),
+                            "host -> device copy of " << bytes << " bytes (chunk at " << off << ")");
+    TRAINKIT_CUDA_CHECK(cudaEventRecord(s.done[k], st));
+  }
+}
+
+inline void copy_device_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  const cudaStream_t st = current_stream();
+  if (bytes <= staging_area::direct_limit) {
+    TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st),
+                            "device -> host copy of " << bytes << " bytes");
+    TRAINKIT_CUDA_CHECK_CTX(cudaStreamSynchronize(st), "device -> host copy of " << bytes << " bytes");
+    return;
+  }
+  staging_area& s = staging();
+  std::lock_guard<std::mutex> lock(s.m);
+  s.ensure();
+  auto* h = static_cast<char*>(dst);
+  const auto* d = static_cast<const char*>(src);
+  const std::size_t n_chunks = (bytes + staging_area::chunk - 1) / staging_area::chunk;
+  auto issue = [&](std::size_t i) {
+    const int k = int(i % 2);
+    const std::size_t off = i * staging_area::chunk, len = std::min(staging_area::chunk, bytes - off);
+    TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(s.buf[k], d + off, len, cudaMemcpyDeviceToHost, st),
+                            "device -> host copy of " << bytes << " bytes (chunk at " << off << ")");
+    TRAINKIT_CUDA_CHECK(cudaEventRecord(s.done[k], st));
+  };
+  issue(0);
+  if (n_chunks > 1) issue(1);
+  for (std::size_t i = 0; i < n_chunks; ++i) {
+    const int k = int(i % 2);
+    const std::size_t off = i * staging_area::chunk, len = std::min(staging_area::chunk, bytes - off);
+    TRAINKIT_CUDA_CHECK_CTX(cudaEventSynchronize(s.done[k]), "device -> host copy of " << bytes << " bytes");
+    std::memcpy(h + off, s.buf[k], len);
+    if (i + 2 < n_chunks) issue(i + 2);
+  }
+}
+
+}  // namespace detail
+}  // namespace backend::gpu
+
+namespace detail {
+template <>
+struct transfer<cpu, cuda> {
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    backend::gpu::detail::copy_host_to_device(dst, src, bytes);
+  }
+};
+template <>
+struct transfer<cuda, cpu> {
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    backend::gpu::detail::copy_device_to_host(dst, src, bytes);
+  }
+};
+template <>
+struct transfer<cuda, cuda> {
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes == 0) return;
+    TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, backend::gpu::current_stream()),
+                            "device -> device copy of " << bytes << " bytes");
+  }
+};
+}  // namespace detail
+
+}  // namespace trainkit
