@@ -5,9 +5,14 @@
 #include "trainkit/config.hpp"
 #include "trainkit/core/core.hpp"
 #include "trainkit/autograd/autograd.hpp"
+#include "trainkit/data/data.hpp"
+#include "trainkit/dist/dist.hpp"
+#include "trainkit/nn/nn.hpp"
+#include "trainkit/optim/optim.hpp"
+#include "trainkit/amp/amp.hpp"
+#include "trainkit/checkpoint/checkpoint.hpp"
 
 namespace trainkit {
 using autograd::no_grad;
 using autograd::var;
 }  // namespace trainkit
-#include "trainkit/data/data.hpp"

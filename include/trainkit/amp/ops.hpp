@@ -1,0 +1,273 @@
+// trainkit/amp/ops.hpp - the ops of the autocast list under a precision policy:
+// amp::linear<P>, amp::matmul<P>, amp::bmm<P>, amp::conv2d<P>.
+//
+// The graph stays fp32 (var<float>): each op here takes fp32 vars, rounds its operands to the
+// policy's compute type C, multiplies with fp32 accumulation, rounds the result to C and hands
+// it back as fp32 values (so they carry C's precision, as autocast outputs do). The activations
+// backward needs are saved in C - the memory mixed precision saves; weights are kept as the
+// fp32 master tensors they are (no copy) - and the gradient GEMMs round their operands (the
+// incoming gradient, the saved activations, the weights) and their results to C as well.
+// With the fp32 policy every function is the plain op of autograd/.
+//
+// Where the GEMM runs: on a device whose GEMM takes C operands natively (cuBLASLt; see
+// detail::native_gemm) the saved C tensors go straight in. Elsewhere - the CPU, since Debian's
+// OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it - the operands are widened to
+// fp32 once per op and multiplied by sgemm: the products of two C values are exact in fp32 (8 or
+// 11 significant bits each), so this is bit for bit a C GEMM with fp32 accumulation.
+#pragma once
+
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "trainkit/amp/concepts.hpp"
+#include "trainkit/amp/precision.hpp"
+#include "trainkit/autograd/function.hpp"
+#include "trainkit/autograd/grad_mode.hpp"
+#include "trainkit/autograd/ops/conv.hpp"
+#include "trainkit/autograd/ops/linalg.hpp"
+#include "trainkit/autograd/ops/linear.hpp"
+#include "trainkit/backend/im2col.hpp"  // backend::convolution, conv2d_geometry
+#include "trainkit/config.hpp"
+#include "trainkit/core/elementwise.hpp"
+#include "trainkit/core/linalg.hpp"
+#include "trainkit/core/tensor.hpp"
+
+namespace trainkit::amp {
+
+namespace detail {
+
+/// True when Device's GEMM multiplies Compute operands itself with fp32 accumulation (the CUDA
+/// backend specialises it for half and bfloat16). False: operands are widened to fp32 first.
+template <class Device, class Compute>
+inline constexpr bool native_gemm = false;
+
+/// The element type the GEMMs of a mixed op run on for Device.
+template <class Device, class Compute>
+using gemm_t = std::conditional_t<native_gemm<Device, Compute>, Compute, float>;
+
+/// x rounded to the nearest Compute value (ties to even), kept in the wider type.
+template <class Compute>
+struct round_to {
+  template <class A>
+  TRAINKIT_HD A operator()(A a) const {
+    return static_cast<A>(static_cast<float>(Compute(static_cast<float>(a))));
+  }
+};
+
+/// t as G elements whose values are representable in Compute (one pass when G is t's type).
+template <class G, class Compute, class T, class D>
+tensor<G, D> to_gemm(const tensor<T, D>& t) {
+  if constexpr (std::is_same_v<G, Compute>)
+    return cast<Compute>(t);
+  else if constexpr (std::is_same_v<G, T>)
+    return map(round_to<Compute>{}, t);
+  else
+    return cast<G>(cast<Compute>(t));
+}
+
+/// A GEMM result (G elements) rounded to Compute and returned as T elements.
+template <class T, class Compute, class G, class D>
+tensor<T, D> from_gemm(const tensor<G, D>& t) {
+  if constexpr (std::is_same_v<G, Compute>)
+    return cast<T>(t);
+  else if constexpr (std::is_same_v<G, T>)
+    return map(round_to<Compute>{}, t);
+  else
+    return cast<T>(cast<Compute>(t));
+}
+
+/// Each input gradient of a plain op's backward (run on G) rounded to Compute, as T.
+template <class T, class Compute, class G, class D, class R>
+std::vector<tensor<T, D>> gradients_from_gemm(const R& r, const std::vector<bool>& needs) {
+  std::vector<tensor<T, D>> out(needs.size());
+  for (std::size_t i = 0; i < needs.size() && i < r.size(); ++i)
+    if (needs[i] && r[i].defined()) out[i] = from_gemm<T, Compute>(r[i]);
+  return out;
+}
+
+}  // namespace detail
+
+// Each mixed op saves its activations in Compute and its weight as the fp32 master tensor itself
+// (a reference, as the plain ops keep it: rounding it again in backward costs one pass and no
+// memory). backward rebuilds the plain op on the gemm type from them, feeds it the incoming
+// gradient rounded to Compute, and rounds every input gradient to Compute.
+namespace ops {
+
+/// amp::linear's node: x folded to [rows, in] in Compute, the master weight [out, in].
+template <class Compute, class T, class D>
+struct linear {
+  static constexpr std::string_view name = "linear";
+  tensor<Compute, D> x2;
+  tensor<T, D> weight;
+  shape x_sizes;
+  bool has_bias = false;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
+    using G = detail::gemm_t<D, Compute>;
+    // The input is read only for the weight's gradient.
+    const autograd::ops::linear<G, D> op{needs[1] ? cast<G>(x2) : tensor<G, D>(),
+                                         detail::to_gemm<G, Compute>(weight), x_sizes, has_bias};
+    return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
+                                                         needs);
+  }
+};
+
+/// amp::matmul's node: both operands in Compute (they are usually activations).
+template <class Compute, class T, class D>
+struct matmul {
+  static constexpr std::string_view name = "matmul";
+  tensor<Compute, D> a, b;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
+    using G = detail::gemm_t<D, Compute>;
+    const autograd::ops::matmul<G, D> op{cast<G>(a), cast<G>(b)};
+    return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
+                                                         needs);
+  }
+};
+
+/// amp::conv2d's node: the dense input [N, C, H, W] in Compute, the master weight.
+template <class Compute, class T, class D>
+struct conv2d {
+  static constexpr std::string_view name = "conv2d";
+  tensor<Compute, D> x;
+  tensor<T, D> w;  // dense
+  shape x_sizes;
+  backend::conv2d_geometry g;
+  index_t groups = 1;
+  bool has_bias = false;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
+    using G = detail::gemm_t<D, Compute>;
+    const autograd::ops::conv2d<G, D> op{cast<G>(x), detail::to_gemm<G, Compute>(w), x_sizes, g, groups,
+                                         has_bias};
+    return detail::gradients_from_gemm<T, Compute, G, D>(
+        op.backward(detail::to_gemm<G, Compute>(grad), needs), needs);
+  }
+};
+
+}  // namespace ops
+
+namespace detail {
+/// matmul with operands and result rounded to Compute, a and b saved in Compute.
+template <class Compute, class T, class D>
+autograd::var<T, D> mixed_matmul(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
+  using G = gemm_t<D, Compute>;
+  const tensor<Compute, D> ac = cast<Compute>(a.value()), bc = cast<Compute>(b.value());
+  auto y = from_gemm<T, Compute>(trainkit::matmul(cast<G>(ac), cast<G>(bc)));
+  return autograd::record(ops::matmul<Compute, T, D>{ac, bc}, std::move(y), a, b);
+}
+}  // namespace detail
+
+/// F.linear under policy P: x [*, in], weight [out, in], bias [out] or undefined -> [*, out].
+/// Mixed: y = round_C(round_C(x) round_C(W)^T + round_C(b)) with fp32 accumulation; saves x in C
+/// (and W, the master tensor, by reference). fp32: autograd::linear.
+/// \tparam P a precision_policy
+template <precision_policy P, class T, class D>
+autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, D>& weight,
+                           const autograd::var<T, D>& bias = {}) {
+  if constexpr (!P::runs_in_compute_type(autocast_op::linear)) {
+    return autograd::linear(x, weight, bias);
+  } else {
+    using C = typename P::compute_type;
+    using G = detail::gemm_t<D, C>;
+    const auto& xv = x.value();
+    const auto& wv = weight.value();
+    TRAINKIT_CHECK(
+        wv.dim() == 2, shape_error, "linear",
+        "weight must be 2-D [out_features, in_features], got sizes " << trainkit::to_string(wv.sizes()));
+    TRAINKIT_CHECK(xv.dim() >= 1 && xv.size(-1) == wv.size(1), shape_error, "linear",
+                   "input of sizes " << trainkit::to_string(xv.sizes()) << " does not end in in_features = "
+                                     << wv.size(1) << " of weight sizes " << trainkit::to_string(wv.sizes()));
+    const index_t in = wv.size(1), out_f = wv.size(0);
+    if (bias.defined())
+      TRAINKIT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, shape_error, "linear",
+                     "bias of sizes " << trainkit::to_string(bias.sizes()) << " does not match weight sizes "
+                                      << trainkit::to_string(wv.sizes()) << " (expected [" << out_f << "])");
+    // The input is saved (in C) only for the weight's gradient; without one (no_grad, the
+    // forward of a checkpointed segment, a frozen layer) it is rounded straight to the gemm type.
+    const bool save_x = autograd::is_grad_enabled() && weight.requires_grad();
+    const tensor<C, D> xc = save_x ? tensor<C, D>(cast<C>(xv).view({-1, in})) : tensor<C, D>();  // [rows, in]
+    const tensor<G, D> xg = save_x ? cast<G>(xc) : detail::to_gemm<G, C>(xv).reshape({-1, in});
+    const tensor<G, D> wg = detail::to_gemm<G, C>(wv);
+    shape os(xv.sizes().begin(), xv.sizes().end() - 1);
+    os.push_back(out_f);
+    auto out = tensor<G, D>::empty({xg.size(0), out_f});
+    if (bias.defined()) {
+      // The bias rows first, then the GEMM adds x W^T onto them (beta = 1): one rounding at the end.
+      copy_(out, detail::to_gemm<G, C>(bias.value()).unsqueeze(0));
+      mm_into(out, xg, wg.t(), 1.0, 1.0);
+    } else {
+      mm_into(out, xg, wg.t(), 1.0, 0.0);
+    }
+    auto y = detail::from_gemm<T, C>(out).view(os);
+    ops::linear<C, T, D> op{xc, wv, xv.sizes(), bias.defined()};
+    if (bias.defined()) return autograd::record(std::move(op), std::move(y), x, weight, bias);
+    return autograd::record(std::move(op), std::move(y), x, weight);
+  }
+}
+
+/// torch.matmul under policy P (1-D, 2-D and broadcast batched products). Mixed: operands and
+/// result rounded to C, fp32 accumulation, a and b saved in C. fp32: autograd::matmul.
+/// \tparam P a precision_policy
+template <precision_policy P, class T, class D>
+autograd::var<T, D> matmul(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
+  if constexpr (!P::runs_in_compute_type(autocast_op::matmul))
+    return autograd::matmul(a, b);
+  else
+    return detail::mixed_matmul<typename P::compute_type>(a, b);
+}
+
+/// torch.bmm under policy P: a [B, n, k] @ b [B, k, m] -> [B, n, m] (no broadcasting).
+/// \tparam P a precision_policy
+template <precision_policy P, class T, class D>
+autograd::var<T, D> bmm(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
+  TRAINKIT_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1),
+                 shape_error, "bmm",
+                 "expected [B, n, k] and [B, k, m], got sizes " << trainkit::to_string(a.sizes()) << " and "
+                                                                << trainkit::to_string(b.sizes()));
+  if constexpr (!P::runs_in_compute_type(autocast_op::bmm))
+    return autograd::matmul(a, b);
+  else
+    return detail::mixed_matmul<typename P::compute_type>(a, b);
+}
+
+/// F.conv2d under policy P: x [N, C, H, W] (or [C, H, W]), weight [O, C/groups, kh, kw], bias [O]
+/// or undefined. Mixed: input, weight and bias rounded to the compute type, im2col + GEMM with
+/// fp32 accumulation, result rounded; x saved in the compute type (W by reference). fp32:
+/// autograd::conv2d.
+/// \tparam P a precision_policy
+template <precision_policy P, class T, class D>
+autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, D>& weight,
+                           const autograd::var<T, D>& bias = {}, autograd::conv2d_options o = {}) {
+  if constexpr (!P::runs_in_compute_type(autocast_op::conv2d)) {
+    return autograd::conv2d(x, weight, bias, o);
+  } else {
+    using C = typename P::compute_type;
+    using G = detail::gemm_t<D, C>;
+    const bool unbatched = x.dim() == 3;
+    const tensor<T, D> xv = unbatched ? x.value().unsqueeze(0) : x.value();
+    const auto geo = autograd::detail::conv2d_geometry_of(xv.sizes(), weight.sizes(), o);
+    if (bias.defined())
+      TRAINKIT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), shape_error, "conv2d",
+                     "bias of sizes " << trainkit::to_string(bias.sizes()) << " does not match weight sizes "
+                                      << trainkit::to_string(weight.sizes()) << " (expected ["
+                                      << weight.size(0) << "])");
+    const tensor<C, D> xc = cast<C>(xv);  // dense
+    const tensor<T, D> wv = weight.value().contiguous();
+    const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
+    const tensor<G, D> xg = cast<G>(xc), wg = detail::to_gemm<G, C>(wv);
+    auto yg = tensor<G, D>::empty({xg.size(0), wg.size(0), geo.out_h, geo.out_w});
+    if (yg.numel() > 0)
+      backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
+                                       bg.defined() ? bg.data() : nullptr, yg.data());
+    auto y = detail::from_gemm<T, C>(yg);
+    if (unbatched) y = y.squeeze(0);
+    ops::conv2d<C, T, D> op{xc, wv, x.sizes(), geo, o.groups, bias.defined()};
+    if (bias.defined()) return autograd::record(std::move(op), std::move(y), x, weight, bias);
+    return autograd::record(std::move(op), std::move(y), x, weight);
+  }
+}
+
+}  // namespace trainkit::amp

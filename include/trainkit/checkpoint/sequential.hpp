@@ -1,0 +1,140 @@
+// trainkit/checkpoint/sequential.hpp - recomputation over an nn::sequential: apply_recompute(policy,
+// seq, x), checkpoint_sequential(seq, segments, x), and the --checkpoint none|sqrt|every:N bridge.
+//
+//   auto y = checkpoint::apply_recompute(checkpoint::sqrt_segments{}, *net, x);       // fp32
+//   auto y = checkpoint::apply_recompute(checkpoint::sqrt_segments{}, *net, x,
+//                                        amp::module_forward<amp::mixed_bf16>{});     // + bf16
+//
+// Each recomputed segment becomes one checkpoint() whose function runs the segment's layers; the
+// generators of the nn::dropout layers inside it (and the default generator) are replayed, so the
+// recomputed masks are the forward ones. The layers are called through layer(module, x) -
+// module.forward(x) by default, amp::module_forward<P> to run them under a precision policy.
+#pragma once
+
+#include <charconv>  // std::from_chars
+#include <cstddef>   // std::size_t
+#include <string>
+#include <string_view>
+#include <system_error>  // std::errc
+#include <variant>
+#include <vector>
+
+#include "trainkit/autograd/grad_mode.hpp"
+#include "trainkit/autograd/var.hpp"
+#include "trainkit/checkpoint/concepts.hpp"
+#include "trainkit/checkpoint/function.hpp"
+#include "trainkit/checkpoint/policies.hpp"
+#include "trainkit/core/error.hpp"
+#include "trainkit/nn/dropout.hpp"
+#include "trainkit/nn/module.hpp"
+#include "trainkit/nn/sequential.hpp"
+
+namespace trainkit::checkpoint {
+
+/// The per-layer call apply_recompute uses unless given another: the layer's own forward.
+struct default_layer_forward {
+  template <class T, class D>
+  autograd::var<T, D> operator()(nn::module<T, D>& m, const autograd::var<T, D>& x) const {
+    return m.forward(x);
+  }
+};
+
+namespace detail {
+/// The default generator plus the generator of every nn::dropout inside layers [b, e) of seq.
+template <class T, class D>
+preserve_rng rng_of(const nn::sequential<T, D>& seq, std::size_t b, std::size_t e) {
+  preserve_rng r;
+  for (std::size_t i = b; i < e; ++i)
+    for (const auto& [name, m] : seq[i]->named_modules())
+      if (const auto* d = dynamic_cast<const nn::dropout<T, D>*>(m)) r.generators.push_back(&d->rng());
+  return r;
+}
+
+/// Checks that a policy's segments cover [0, n) in order.
+inline void check_segments(const std::vector<segment>& segs, std::size_t n, std::string_view policy) {
+  std::size_t at = 0;
+  for (const auto& s : segs) {
+    TRAINKIT_CHECK(s.begin == at && s.end > s.begin && s.end <= n, value_error, "apply_recompute",
+                   "policy '" << policy << "' returned segment [" << s.begin << ", " << s.end << ") after "
+                              << at << " layers of " << n << "; segments must cover [0, " << n
+                              << ") in order");
+    at = s.end;
+  }
+  TRAINKIT_CHECK(at == n, value_error, "apply_recompute",
+                 "policy '" << policy << "' covered " << at << " of " << n << " layers");
+}
+}  // namespace detail
+
+/// seq(x) with the layers split into segments by policy: recomputed segments run under
+/// checkpoint(), the others normally. Under no_grad it is seq(x) through layer. The sequential
+/// (and layer) must outlive the backward pass.
+/// \tparam R a recompute_policy
+/// \tparam Layer callable (nn::module<T, D>&, const var<T, D>&) -> var<T, D>
+template <recompute_policy R, class T, class D, class Layer = default_layer_forward>
+autograd::var<T, D> apply_recompute(const R& policy, nn::sequential<T, D>& seq, const autograd::var<T, D>& x,
+                                    Layer layer = {}) {
+  using var_type = autograd::var<T, D>;
+  const std::vector<segment> segs = policy.segments(seq.size());
+  detail::check_segments(segs, seq.size(), R::name);
+  var_type y = x;
+  for (const auto& s : segs) {
+    auto run = [seq_ptr = &seq, b = s.begin, e = s.end, layer](const var_type& in) {
+      var_type h = in;
+      for (std::size_t i = b; i < e; ++i) h = layer(*(*seq_ptr)[i], h);
+      return h;
+    };
+    if (s.recompute && autograd::is_grad_enabled())
+      y = checkpoint(detail::rng_of(seq, s.begin, s.end), std::move(run), y);
+    else
+      y = run(y);
+  }
+  return y;
+}
+
+/// torch.utils.checkpoint.checkpoint_sequential: seq's layers in `segments` balanced segments,
+/// all recomputed but the last.
+template <class T, class D, class Layer = default_layer_forward>
+autograd::var<T, D> checkpoint_sequential(nn::sequential<T, D>& seq, std::size_t segments,
+                                          const autograd::var<T, D>& x, Layer layer = {}) {
+  return apply_recompute(fixed_segments{segments}, seq, x, std::move(layer));
+}
+
+// ---- the command-line bridge ---------------------------------------------------------------------
+
+/// The recompute policies a program can choose at run time.
+using recompute_choice = std::variant<store_all, sqrt_segments, every_n>;
+
+/// Parses the value of --checkpoint: "none" (store_all), "sqrt" (sqrt_segments) or "every:N"
+/// (every_n{N}, N >= 1); value_error for anything else.
+inline recompute_choice parse_recompute(std::string_view s) {
+  if (s == "none") return store_all{};
+  if (s == "sqrt") return sqrt_segments{};
+  constexpr std::string_view every = "every:";
+  if (s.substr(0, every.size()) == every) {
+    const std::string_view num = s.substr(every.size());
+    std::size_t k = 0;
+    const auto [ptr, ec] = std::from_chars(num.data(), num.data() + num.size(), k);
+    TRAINKIT_CHECK(!num.empty() && ec == std::errc() && ptr == num.data() + num.size() && k >= 1, value_error,
+                   "parse_recompute", "'" << s << "': N in every:N must be an integer >= 1");
+    return every_n{k};
+  }
+  TRAINKIT_CHECK(false, value_error, "parse_recompute",
+                 "unknown checkpoint policy '" << s << "'; expected none, sqrt or every:N");
+  return store_all{};
+}
+
+/// The spelling parse_recompute reads back ("none", "sqrt", "every:4").
+inline std::string to_string(const recompute_choice& c) {
+  if (std::holds_alternative<store_all>(c)) return "none";
+  if (std::holds_alternative<sqrt_segments>(c)) return "sqrt";
+  return "every:" + std::to_string(std::get<every_n>(c).k);
+}
+
+/// apply_recompute with the policy chosen at run time.
+template <class T, class D, class Layer = default_layer_forward>
+autograd::var<T, D> apply_recompute(const recompute_choice& choice, nn::sequential<T, D>& seq,
+                                    const autograd::var<T, D>& x, Layer layer = {}) {
+  return std::visit([&](const auto& policy) { return apply_recompute(policy, seq, x, layer); }, choice);
+}
+
+}  // namespace trainkit::checkpoint
