@@ -161,17 +161,17 @@ TEST_CASE("fills follow the stream rule and advance the offset", "[philox][gener
   SECTION("scale and shift, half and bfloat16 round the float draw once") {
     std::vector<float> u(13), n(13);
     std::vector<half> uh(13);
-    std::vector<bfloat16> nb(13);
+    std::vector<trainkit::bfloat16> nb(13);
     fill_uniform(g, u.data(), u.size(), -2.0f, 5.0f);
     fill_normal(g, n.data(), n.size(), 3.0f, 0.5f);
     fill_uniform(g, uh.data(), uh.size(), half(-2.0f), half(5.0f));
-    fill_normal(g, nb.data(), nb.size(), bfloat16(3.0f), bfloat16(0.5f));
+    fill_normal(g, nb.data(), nb.size(), trainkit::bfloat16(3.0f), trainkit::bfloat16(0.5f));
     REQUIRE(g.offset() == o + 16);
     for (std::size_t i = 0; i < 13; ++i) {
       REQUIRE(u[i] == -2.0f + 7.0f * uniform_at(seed, o, i));
       REQUIRE(n[i] == 3.0f + 0.5f * normal_at(seed, o + 4, i));
       REQUIRE(uh[i].bits() == half(-2.0f + 7.0f * uniform_at(seed, o + 8, i)).bits());
-      REQUIRE(nb[i].bits() == bfloat16(3.0f + 0.5f * normal_at(seed, o + 12, i)).bits());
+      REQUIRE(nb[i].bits() == trainkit::bfloat16(3.0f + 0.5f * normal_at(seed, o + 12, i)).bits());
     }
   }
   SECTION("draws of whole blocks concatenate into one draw") {

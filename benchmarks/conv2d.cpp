@@ -1,0 +1,55 @@
+// conv2d forward and forward+backward (im2col + GEMM) on the CNN example's layer shapes.
+#include <benchmark/benchmark.h>
+
+#include <random>
+
+#include "trainkit/trainkit.hpp"
+
+namespace {
+namespace tk = trainkit;
+namespace ag = trainkit::autograd;
+using tk::index_t;
+
+tk::tensor<float> random_tensor(tk::shape s) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(static_cast<std::size_t>(tk::numel(s)));
+  for (auto& x : v) x = nd(rng);
+  return tk::tensor<float>::from_vector(v, s);
+}
+
+// Args: batch, in channels, out channels, spatial size (3x3 kernel, padding 1).
+void layers(benchmark::internal::Benchmark* b) { b->Args({128, 1, 32, 28})->Args({128, 32, 64, 14})->Args({32, 64, 64, 32}); }
+
+void counters(benchmark::State& st, double passes) {
+  const double n = double(st.range(0)), c = double(st.range(1)), o = double(st.range(2)), s = double(st.range(3));
+  st.counters["GFLOP/s"] = benchmark::Counter(passes * 2 * n * o * c * 9 * s * s, benchmark::Counter::kIsIterationInvariantRate,
+                                               benchmark::Counter::kIs1000);
+}
+
+void bm_conv2d_forward(benchmark::State& st) {
+  const index_t n = st.range(0), c = st.range(1), o = st.range(2), s = st.range(3);
+  tk::var<float> x(random_tensor({n, c, s, s})), w(random_tensor({o, c, 3, 3})), b(random_tensor({o}));
+  tk::no_grad g;
+  for (auto _ : st) benchmark::DoNotOptimize(ag::conv2d(x, w, b, {.padding = {1, 1}}).value().data());
+  counters(st, 1);
+}
+
+void bm_conv2d_forward_backward(benchmark::State& st) {
+  const index_t n = st.range(0), c = st.range(1), o = st.range(2), s = st.range(3);
+  tk::var<float> x(random_tensor({n, c, s, s}), true), w(random_tensor({o, c, 3, 3}), true), b(random_tensor({o}), true);
+  auto r = tk::var<float>(random_tensor({n, o, s, s}));
+  for (auto _ : st) {
+    auto y = ag::sum(ag::conv2d(x, w, b, {.padding = {1, 1}}) * r);
+    y.backward();
+    x.zero_grad();
+    w.zero_grad();
+    b.zero_grad();
+  }
+  counters(st, 3);
+}
+}  // namespace
+
+BENCHMARK(bm_conv2d_forward)->Apply(layers)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_conv2d_forward_backward)->Apply(layers)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_MAIN();

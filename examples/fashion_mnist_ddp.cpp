@@ -1,0 +1,145 @@
+// fashion_mnist_ddp - the CNN of fashion_mnist_cnn trained data-parallel over MPI processes, with
+// optional gradient compression.
+//
+//   mpirun -np 2 build/examples/fashion_mnist_ddp --data /usr/share/datasets/fashion-mnist
+//          --epochs 3 --batch 64 --compression int8         (one command line)
+//   build/examples/fashion_mnist_ddp ...            (one process: MPI starts as a singleton)
+//
+// Every rank holds the whole data set and walks the same shuffled order; each global batch of
+// ranks x --batch samples is split so that rank r trains on its r-th slice. data_parallel averages
+// the gradients over the ranks bucket by bucket while backward is still running, through the chosen
+// compression (none, fp16, bf16, int8, sign_1bit; lossy ones with error feedback). Rank 0 prints
+// per epoch: loss (mean over all ranks), test accuracy (each rank scores a slice of the test set),
+// samples/s over all ranks, and the share of step time the communication thread was busy
+// ("comm") and the share backward could not hide (finish() waiting: "exposed"). --overlap 0 reduces
+// every bucket in finish() instead of during backward, to see what overlapping hides.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <string>
+
+#include <trainkit/trainkit.hpp>              // tensors, autograd, nn, optim, data
+#include <trainkit/dist/data_parallel.hpp>    // data_parallel, compression policies
+#include <trainkit/dist/mpi.hpp>              // the MPI communicator
+
+#include "common/example.hpp"  // flags, stopwatch, accuracy
+
+namespace tk = trainkit;
+namespace dist = trainkit::dist;
+using tk::index_t;
+
+namespace {
+
+// The model of fashion_mnist_cnn: [N,1,28,28] -> conv block (32) -> conv block (64) -> MLP head.
+auto make_model() {
+  namespace nn = tk::nn;
+  return nn::make_sequential(
+      std::make_shared<nn::conv2d<>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
+      std::make_shared<nn::batch_norm2d<>>(32), std::make_shared<nn::relu<>>(),
+      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}),
+      std::make_shared<nn::conv2d<>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
+      std::make_shared<nn::batch_norm2d<>>(64), std::make_shared<nn::relu<>>(),
+      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}), std::make_shared<nn::flatten<>>(),
+      std::make_shared<nn::linear<>>(64 * 7 * 7, 128), std::make_shared<nn::relu<>>(),
+      std::make_shared<nn::dropout<>>(0.2), std::make_shared<nn::linear<>>(128, 10));
+}
+
+template <class Compression>
+void train(dist::mpi& comm, const example::flags& f) {
+  const int rank = comm.rank(), world = comm.size();
+  auto say = [&](const char* fmt, auto... args) {  // rank 0 speaks for all
+    if (rank != 0) return;
+    std::printf(fmt, args...);
+    std::fflush(stdout);
+  };
+
+  // Data: every rank loads all of it (the files are small); the split is by batch slices below.
+  tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
+  if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
+  auto train_set = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
+  opts.limit = f.num("test-limit") > 0 ? std::optional<index_t>(f.num("test-limit")) : std::nullopt;
+  auto test_set = tk::data::load_mnist(f.str("data"), tk::data::split::test, opts);
+
+  // Every rank builds the model; data_parallel checks that they match and broadcasts rank 0's
+  // parameters and BatchNorm statistics. Dropout masks differ per rank (seed + rank).
+  tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")));
+  auto model = make_model();
+  dist::data_parallel<dist::mpi, Compression> ddp(comm, *model, {.overlap = f.num("overlap") != 0});
+  tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")) * 1000 + static_cast<std::uint64_t>(rank));
+  say("%d rank(s), compression %s, %lld parameters in %zu gradient bucket(s); train %lld, test %lld images\n",
+      world, std::string(Compression::name).c_str(), (long long)model->num_parameters(), ddp.buckets().buckets.size(),
+      (long long)train_set.size(), (long long)test_set.size());
+
+  // The same global batches (and shuffled order) on every rank: drop_last keeps the step counts equal.
+  const index_t per_rank = f.num("batch"), global = per_rank * world, epochs = f.num("epochs");
+  tk::data::batch_iterator batches(train_set.images, train_set.labels, global, /*shuffle=*/true,
+                                   static_cast<std::uint64_t>(f.num("seed")), /*drop_last=*/true);
+  const index_t steps = epochs * static_cast<index_t>(batches.size());
+  tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
+                                        .total_steps = steps, .min_lr = 0.0});
+  schedule.apply(opt);
+
+  // This rank's slice of the test set; the correct counts are summed over the ranks.
+  const index_t t_lo = test_set.size() * rank / world, t_hi = test_set.size() * (rank + 1) / world;
+  const auto test_x = test_set.images.slice(0, t_lo, t_hi).contiguous();
+  const auto test_y = test_set.labels.slice(0, t_lo, t_hi).contiguous();
+
+  for (index_t epoch = 0; epoch < epochs; ++epoch) {
+    batches.set_epoch(static_cast<std::uint64_t>(epoch));
+    const auto before = ddp.stats();
+    example::stopwatch clock;
+    double sums[2] = {0, 0};  // loss * samples, samples (this rank)
+    for (auto& b : batches) {
+      const auto x = b.x.slice(0, rank * per_rank, (rank + 1) * per_rank).contiguous();
+      const auto y = b.y.slice(0, rank * per_rank, (rank + 1) * per_rank).contiguous();
+      auto loss = tk::autograd::cross_entropy((*model)(tk::var<float>(x)), y);
+      opt.zero_grad();
+      loss.backward();  // full buckets are reduced while backward goes on
+      ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
+      opt.step();
+      schedule.step(opt);
+      sums[0] += double(loss.item()) * double(per_rank);
+      sums[1] += double(per_rank);
+    }
+    const double secs = clock.seconds();
+    const auto after = ddp.stats();
+    comm.allreduce(sums, 2, dist::reduce_op::sum).wait();
+
+    // Evaluate with rank 0's BatchNorm statistics on every rank (each rank's drifted on its shard).
+    ddp.sync_buffers();
+    double correct = example::accuracy(*model, test_x, test_y) * double(test_x.size(0));
+    comm.allreduce(&correct, 1, dist::reduce_op::sum).wait();
+
+    const double comm_s = after.comm_seconds - before.comm_seconds;
+    const double exposed_s = after.exposed_seconds - before.exposed_seconds;
+    const double mib = double(after.bytes_sent - before.bytes_sent) / (1 << 20);
+    say("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  comm %.1f%% (exposed %.1f%%)  "
+        "sent %.1f MiB/rank\n",
+        (long long)epoch + 1, sums[0] / sums[1], 100.0 * correct / double(test_set.size()), sums[1] / secs,
+        100.0 * comm_s / secs, 100.0 * exposed_s / secs, mib);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  dist::mpi::environment env(argc, argv);
+  example::flags f(argc, argv,
+                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "64"},
+                    {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
+                    {"compression", "none"}, {"overlap", "1"}});
+  dist::mpi comm;
+  const std::string c = f.str("compression");
+  if (c == "none") train<dist::none>(comm, f);
+  else if (c == "fp16") train<dist::fp16>(comm, f);
+  else if (c == "bf16") train<dist::bf16>(comm, f);
+  else if (c == "int8") train<dist::int8>(comm, f);
+  else if (c == "sign_1bit" || c == "1bit") train<dist::sign_1bit>(comm, f);
+  else throw std::invalid_argument("--compression must be none, fp16, bf16, int8 or sign_1bit, got '" + c + "'");
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fashion_mnist_ddp: %s\n", e.what());
+  return 1;
+}
