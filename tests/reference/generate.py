@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""Writes the PyTorch reference files the C++ suite compares against (llm.c style).
+
+Each file is text, one tensor per line:  <name> <ndim> <dims...> <values...>
+Values are printed with 9 significant digits, which round-trips float32 exactly; integer
+tensors (targets, indices) are stored as their float values. Regenerate with
+    pip install torch && python3 tests/reference/generate.py
+The suite never needs torch: it reads the committed files.
+"""
+import os
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+torch.manual_seed(1234)
+torch.set_default_dtype(torch.float32)
+
+
+class Writer:
+    def __init__(self, path):
+        self.f = open(path, "w")
+        self.f.write(f"# trainkit reference, torch {torch.__version__}\n")
+
+    def put(self, name, t):
+        t = t.detach().to(torch.float32).contiguous()
+        dims = " ".join(str(d) for d in t.shape)
+        vals = " ".join(f"{v:.9g}" for v in t.flatten().tolist())
+        self.f.write(f"{name} {t.dim()} {dims} {vals}\n".replace("  ", " "))
+
+    def close(self):
+        self.f.close()
+
+
+def rnd(*shape, positive=False):
+    t = torch.randn(*shape)
+    return t.abs() + 0.5 if positive else t
+
+
+def op_case(w, name, fn, inputs, extra=None):
+    """Forward fn(*inputs); backward of sum(out * R) with a fixed random R."""
+    xs = [x.clone().requires_grad_(True) for x in inputs]
+    out = fn(*xs)
+    r = torch.randn_like(out)
+    (out * r).sum().backward()
+    for i, x in enumerate(inputs):
+        w.put(f"{name}.in{i}", x)
+    w.put(f"{name}.out", out)
+    w.put(f"{name}.r", r)
+    for i, x in enumerate(xs):
+        w.put(f"{name}.grad{i}", x.grad)
+    for k, v in (extra or {}).items():
+        w.put(f"{name}.{k}", v)
+
+
+def ops_file():
+    w = Writer(os.path.join(HERE, "ops.txt"))
+    op_case(w, "add", lambda a, b: a + b, [rnd(3, 4), rnd(4)])
+    op_case(w, "mul", lambda a, b: a * b, [rnd(2, 3, 4), rnd(3, 1)])
+    op_case(w, "div", lambda a, b: a / b, [rnd(3, 4), rnd(3, 4, positive=True)])
+    op_case(w, "exp", torch.exp, [rnd(5)])
+    op_case(w, "log", torch.log, [rnd(5, positive=True)])
+    op_case(w, "sqrt", torch.sqrt, [rnd(5, positive=True)])
+    op_case(w, "pow", lambda a: a.pow(3.0), [rnd(6)])
+    op_case(w, "tanh", torch.tanh, [rnd(6)])
+    op_case(w, "sigmoid", torch.sigmoid, [rnd(6)])
+    op_case(w, "relu", torch.relu, [rnd(6)])
+    op_case(w, "gelu", F.gelu, [rnd(6)])
+    op_case(w, "matmul", torch.matmul, [rnd(2, 1, 3, 4), rnd(3, 4, 5)])
+    op_case(w, "sum", lambda a: a.sum(dim=1), [rnd(3, 4, 2)])
+    op_case(w, "mean", lambda a: a.mean(dim=(0, 2), keepdim=True), [rnd(3, 4, 2)])
+    op_case(w, "softmax", lambda a: torch.softmax(a, dim=1), [rnd(4, 7)])
+    op_case(w, "log_softmax", lambda a: torch.log_softmax(a, dim=1), [rnd(4, 7)])
+    op_case(w, "linear", F.linear, [rnd(5, 6), rnd(3, 6), rnd(3)])
+    op_case(w, "conv2d", lambda x, k, b: F.conv2d(x, k, b, stride=2, padding=1, dilation=1, groups=2),
+            [rnd(2, 4, 7, 6), rnd(6, 2, 3, 3), rnd(6)])
+    op_case(w, "conv2d_dilated", lambda x, k: F.conv2d(x, k, None, stride=1, padding=2, dilation=2),
+            [rnd(1, 3, 6, 6), rnd(2, 3, 3, 3)])
+    op_case(w, "max_pool2d", lambda x: F.max_pool2d(x, 2, 2), [rnd(2, 3, 6, 6)])
+    op_case(w, "max_pool2d_s1p1", lambda x: F.max_pool2d(x, 3, 1, 1), [rnd(1, 2, 5, 5)])
+    op_case(w, "avg_pool2d", lambda x: F.avg_pool2d(x, 3, 2, 1), [rnd(2, 3, 7, 7)])
+    op_case(w, "layer_norm", lambda x, g, b: F.layer_norm(x, (6,), g, b, 1e-5), [rnd(4, 6), rnd(6), rnd(6)])
+    op_case(w, "mse_loss", lambda a, b: F.mse_loss(a, b), [rnd(4, 3), rnd(4, 3)])
+    # batch_norm in training mode: outputs, grads and the updated running statistics.
+    x, g, b = rnd(4, 3, 5, 5), rnd(3), rnd(3)
+    rm, rv = torch.randn(3) * 0.1, torch.rand(3) + 0.5
+    rm0, rv0 = rm.clone(), rv.clone()
+    op_case(w, "batch_norm", lambda x, g, b: F.batch_norm(x, rm, rv, g, b, True, 0.1, 1e-5), [x, g, b],
+            {"running_mean_in": rm0, "running_var_in": rv0})
+    w.put("batch_norm.running_mean_out", rm)
+    w.put("batch_norm.running_var_out", rv)
+    # cross entropy with label smoothing and with ignore_index
+    logits, target = rnd(6, 5), torch.tensor([0, 4, 2, 2, 1, 3])
+    op_case(w, "cross_entropy", lambda a: F.cross_entropy(a, target, label_smoothing=0.1), [logits],
+            {"target": target})
+    target2 = torch.tensor([0, -100, 2, 2, -100, 3])
+    op_case(w, "cross_entropy_ignore", lambda a: F.cross_entropy(a, target2, ignore_index=-100), [logits],
+            {"target": target2})
+    idx = torch.tensor([[1, 3, 1], [0, 4, 2]])
+    op_case(w, "embedding", lambda wt: F.embedding(idx, wt), [rnd(5, 4)], {"indices": idx})
+    w.close()
+
+
+def train_file(path, model, make_batch, optimizers, steps=3):
+    """Initial parameters, then for each optimizer: per-step loss and final parameters."""
+    w = Writer(path)
+    init = {k: v.clone() for k, v in model.state_dict().items()}
+    for k, v in init.items():
+        w.put(f"init.{k}", v)
+    xs, ys = [], []
+    for s in range(steps):
+        x, y = make_batch()
+        xs.append(x)
+        ys.append(y)
+        w.put(f"batch{s}.x", x)
+        w.put(f"batch{s}.y", y)
+    for tag, make_opt in optimizers:
+        model.load_state_dict(init)
+        model.train()
+        opt = make_opt(model.parameters())
+        losses = []
+        for s in range(steps):
+            opt.zero_grad()
+            loss = F.cross_entropy(model(xs[s]), ys[s])
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        w.put(f"{tag}.losses", torch.tensor(losses))
+        for k, v in model.state_dict().items():
+            w.put(f"{tag}.final.{k}", v)
+    w.close()
+
+
+def main():
+    ops_file()
+    mlp = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
+                              torch.nn.GELU(), torch.nn.Linear(16, 10))
+    train_file(os.path.join(HERE, "mlp.txt"), mlp, lambda: (torch.randn(8, 20), torch.randint(0, 10, (8,))),
+               [("sgd", lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4)),
+                ("adamw", lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.01))])
+    cnn = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3, padding=1, bias=False), torch.nn.BatchNorm2d(4), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(4, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(8 * 3 * 3, 10))
+    train_file(os.path.join(HERE, "cnn.txt"), cnn, lambda: (torch.randn(4, 1, 12, 12), torch.randint(0, 10, (4,))),
+               [("sgd", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True)),
+                ("adam", lambda p: torch.optim.Adam(p, lr=1e-3))])
+
+
+if __name__ == "__main__":
+    main()
