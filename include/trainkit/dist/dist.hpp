@@ -3,6 +3,10 @@
 // on its own: <trainkit/dist/mpi.hpp>; the NCCL model is CUDA code: <trainkit/backend/cuda/nccl.cuh>.
 #pragma once
 
+#include "trainkit/dist/bucket.hpp"
+#include "trainkit/dist/compression.hpp"
+#include "trainkit/dist/data_parallel.hpp"
+#include "trainkit/dist/quantized_allreduce.hpp"
 #include "trainkit/dist/check_consistent.hpp"
 #include "trainkit/dist/concepts.hpp"
 #include "trainkit/dist/reduce_op.hpp"

@@ -1,0 +1,288 @@
+// trainkit/dist/compression.hpp - the gradient_compression concept and its models: none, fp16,
+// bf16, int8_block<B>, sign_1bit_block<B> (alias sign_1bit), each lossy one with error feedback.
+//
+// A compression policy is a codec on flat fp32 runs (encode/decode a multiple of its block) plus
+// the state the quantized allreduce (dist/quantized_allreduce.hpp) keeps between steps:
+//   - error feedback: per bucket, the worker residual (what this rank meant to send minus what it
+//     sent, added to the next step's gradient) and the server residual (the same for the chunk this
+//     rank reduces and re-quantizes, DeepSpeed 1-bit Adam's second compression stage);
+//   - a wire counter: bytes this rank put on the wire, which every allreduce adds to.
+// The per-element math is in dist/detail/compress_kernels.hpp as TRAINKIT_HD functors.
+#pragma once
+
+#include <atomic>       // std::atomic: the comm thread adds to the counter while the loop reads it
+#include <concepts>     // std::same_as, std::convertible_to
+#include <cstddef>      // std::size_t
+#include <cstdint>      // std::uint8_t, std::uint64_t
+#include <cstring>      // std::memcpy
+#include <string>       // state keys
+#include <string_view>  // name
+#include <utility>      // std::pair
+#include <vector>
+
+#include "trainkit/core/elementwise.hpp"  // tensor's fill_/copy_ (the residuals as tensors)
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/shape.hpp"
+#include "trainkit/core/tensor.hpp"
+#include "trainkit/dist/detail/compress_kernels.hpp"
+
+namespace trainkit::dist {
+
+/// The error-feedback residuals of a policy as named fp32 tensors ("worker.<bucket>",
+/// "server.<bucket>"), in the shape of a state dict so snapshots store it like model state.
+using compression_state = std::vector<std::pair<std::string, tensor<float>>>;
+
+/// Bytes one rank put on the wire. Atomic because the communication thread adds while the
+/// training loop reads; copying a policy copies the current figures.
+class wire_counter {
+ public:
+  wire_counter() = default;
+  wire_counter(const wire_counter& o) noexcept : bytes_(o.bytes()), calls_(o.calls()) {}
+  wire_counter& operator=(const wire_counter& o) noexcept {
+    bytes_.store(o.bytes(), std::memory_order_relaxed);
+    calls_.store(o.calls(), std::memory_order_relaxed);
+    return *this;
+  }
+  /// Called once per allreduce with what it sent.
+  void add(std::uint64_t bytes) noexcept {
+    bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    calls_.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::uint64_t bytes() const noexcept { return bytes_.load(std::memory_order_relaxed); }
+  std::uint64_t calls() const noexcept { return calls_.load(std::memory_order_relaxed); }
+  void reset() noexcept {
+    bytes_.store(0, std::memory_order_relaxed);
+    calls_.store(0, std::memory_order_relaxed);
+  }
+
+ private:
+  std::atomic<std::uint64_t> bytes_{0};
+  std::atomic<std::uint64_t> calls_{0};
+};
+
+/// Per-bucket residual buffers of error feedback. A residual is tied to the length it was made
+/// for: asking for bucket b with another length starts a fresh (zero) one.
+class error_feedback {
+ public:
+  /// The worker-side residual of bucket b (n elements, zero the first time).
+  float* worker(std::size_t b, index_t n) { return get(worker_, b, n); }
+  /// The server-side residual of bucket b (the n elements of the chunk this rank reduces).
+  float* server(std::size_t b, index_t n) { return get(server_, b, n); }
+
+  void clear() {
+    worker_.clear();
+    server_.clear();
+  }
+
+  compression_state state() const {
+    compression_state s;
+    put(s, "worker.", worker_);
+    put(s, "server.", server_);
+    return s;
+  }
+  /// Restores what state() returned; a key that is neither "worker.<b>" nor "server.<b>" or a
+  /// tensor that is not 1-D is a value_error naming it.
+  void load_state(const compression_state& s) {
+    std::vector<std::vector<float>> w, sv;
+    for (const auto& [key, t] : s) {
+      std::vector<std::vector<float>>* dst = nullptr;
+      std::string_view rest;
+      if (key.starts_with("worker.")) {
+        dst = &w;
+        rest = std::string_view(key).substr(7);
+      } else if (key.starts_with("server.")) {
+        dst = &sv;
+        rest = std::string_view(key).substr(7);
+      }
+      TRAINKIT_CHECK(dst != nullptr && !rest.empty() && rest.find_first_not_of("0123456789") == std::string_view::npos,
+                     value_error, "error_feedback::load_state",
+                     "unexpected key '" << key << "' (expected worker.<bucket> or server.<bucket>)");
+      TRAINKIT_CHECK(t.defined() && t.dim() == 1, value_error, "error_feedback::load_state",
+                     "residual '" << key << "' must be a 1-D tensor, got sizes "
+                                  << (t.defined() ? trainkit::to_string(t.sizes()) : std::string("undefined")));
+      const std::size_t b = std::stoul(std::string(rest));
+      if (dst->size() <= b) dst->resize(b + 1);
+      (*dst)[b] = t.contiguous().to_vector();
+    }
+    worker_ = std::move(w);
+    server_ = std::move(sv);
+  }
+
+ private:
+  static float* get(std::vector<std::vector<float>>& v, std::size_t b, index_t n) {
+    if (v.size() <= b) v.resize(b + 1);
+    if (static_cast<index_t>(v[b].size()) != n) v[b].assign(static_cast<std::size_t>(n), 0.0f);
+    return v[b].data();
+  }
+  static void put(compression_state& s, const char* prefix, const std::vector<std::vector<float>>& v) {
+    for (std::size_t b = 0; b < v.size(); ++b)
+      if (!v[b].empty())
+        s.emplace_back(prefix + std::to_string(b),
+                       tensor<float>::from_vector(v[b], {static_cast<index_t>(v[b].size())}));
+  }
+  std::vector<std::vector<float>> worker_, server_;
+};
+
+/// What every compression model holds: the residuals and the wire counter.
+class compression_base {
+ public:
+  error_feedback& feedback() noexcept { return feedback_; }
+  const error_feedback& feedback() const noexcept { return feedback_; }
+  wire_counter& counter() noexcept { return counter_; }
+  const wire_counter& counter() const noexcept { return counter_; }
+  /// Bytes this rank has sent through allreduces with this policy.
+  std::uint64_t bytes_sent() const noexcept { return counter_.bytes(); }
+
+  /// The residuals, for snapshots (empty for lossless policies).
+  compression_state state() const { return feedback_.state(); }
+  void load_state(const compression_state& s) { feedback_.load_state(s); }
+
+ private:
+  error_feedback feedback_;
+  wire_counter counter_;
+};
+
+/// A gradient compression policy: a codec on runs of fp32 values plus error-feedback state.
+/// A model provides
+///   C::name              string_view, for messages and logs;
+///   C::lossy             whether decode(encode(x)) may differ from x (lossy ones keep residuals);
+///   C::block             encode/decode take a multiple of this many elements;
+///   C::wire_bytes(n)     the encoded size of n elements (n a multiple of block);
+///   C::encode(x, n, w)   n floats -> wire_bytes(n) bytes at w (any alignment);
+///   C::decode(w, n, y)   the reverse;
+///   block after block:   the encoding of k blocks is the k blocks' encodings one after the other
+///                        (wire_bytes(k * block) == k * wire_bytes(block)), so a run can be encoded
+///                        and decoded in pieces of whole blocks (the quantized allreduce does);
+///   feedback(), counter(), state(), load_state()   as compression_base gives them;
+/// and optionally C::encode_residual(x, n, w, r): encode plus r = x - decode(w) in one pass, and
+/// C::decode_add(w, n, acc): acc += decode(w) (the quantized allreduce then saves a decode and a
+/// pass per error-feedback step and per rank summed).
+/// `none` is the one lossless model: the allreduce of it is the communicator's own fp32 one.
+template <class C>
+concept gradient_compression =
+    requires(C& c, const C& cc, const float* x, float* y, std::uint8_t* w, const std::uint8_t* cw, index_t n,
+             const compression_state& s) {
+      { C::name } -> std::convertible_to<std::string_view>;
+      { C::lossy } -> std::convertible_to<bool>;
+      { C::block } -> std::convertible_to<index_t>;
+      { C::wire_bytes(n) } -> std::same_as<std::size_t>;
+      { C::encode(x, n, w) } -> std::same_as<void>;
+      { C::decode(cw, n, y) } -> std::same_as<void>;
+      { c.feedback() } -> std::same_as<error_feedback&>;
+      { c.counter() } -> std::same_as<wire_counter&>;
+      { cc.state() } -> std::same_as<compression_state>;
+      c.load_state(s);
+    } && (C::block >= 1) && (C::wire_bytes(3 * C::block) == 3 * C::wire_bytes(C::block));
+
+/// No compression: fp32 on the wire through the communicator's own allreduce. The default.
+struct none : compression_base {
+  static constexpr std::string_view name = "none";
+  static constexpr bool lossy = false;
+  static constexpr index_t block = 1;
+  static constexpr std::size_t wire_bytes(index_t n) { return static_cast<std::size_t>(n) * 4; }
+  static void encode(const float* x, index_t n, std::uint8_t* w) {
+    if (n > 0) std::memcpy(w, x, static_cast<std::size_t>(n) * 4);
+  }
+  static void decode(const std::uint8_t* w, index_t n, float* y) {
+    if (n > 0) std::memcpy(y, w, static_cast<std::size_t>(n) * 4);
+  }
+};
+
+/// IEEE half on the wire (finite values beyond +-65504 saturate), with error feedback.
+struct fp16 : compression_base {
+  static constexpr std::string_view name = "fp16";
+  static constexpr bool lossy = true;
+  static constexpr index_t block = 1;
+  static constexpr std::size_t wire_bytes(index_t n) { return static_cast<std::size_t>(n) * 2; }
+  static void encode(const float* x, index_t n, std::uint8_t* w) {
+    detail::compress_encode_16bit(x, n, w, detail::compress_fp16_encode_fn{});
+  }
+  static void decode(const std::uint8_t* w, index_t n, float* y) {
+    detail::compress_decode_16bit(w, n, y, detail::compress_fp16_decode_fn{});
+  }
+};
+
+/// bfloat16 on the wire (fp32's range, 8 significant bits), with error feedback.
+struct bf16 : compression_base {
+  static constexpr std::string_view name = "bf16";
+  static constexpr bool lossy = true;
+  static constexpr index_t block = 1;
+  static constexpr std::size_t wire_bytes(index_t n) { return static_cast<std::size_t>(n) * 2; }
+  static void encode(const float* x, index_t n, std::uint8_t* w) {
+    detail::compress_encode_16bit(x, n, w, detail::compress_bf16_encode_fn{});
+  }
+  static void decode(const std::uint8_t* w, index_t n, float* y) {
+    detail::compress_decode_16bit(w, n, y, detail::compress_bf16_decode_fn{});
+  }
+};
+
+/// int8 with one fp32 scale per block of B: scale = max|x| / 127, q = round-to-nearest-even(x / scale),
+/// symmetric. 1 + 4/B bytes per element (B = 128: 0.258x of fp32). With error feedback.
+/// \tparam B elements per scale
+template <index_t B = 128>
+struct int8_block : compression_base {
+  static_assert(B >= 1, "int8_block<B>: B must be at least 1");
+  static constexpr std::string_view name = "int8";
+  static constexpr bool lossy = true;
+  static constexpr index_t block = B;
+  static constexpr std::size_t wire_bytes(index_t n) { return static_cast<std::size_t>(n + 4 * (n / B)); }
+  static void encode(const float* x, index_t n, std::uint8_t* w) { detail::compress_encode_int8(x, n, B, w); }
+  static void decode(const std::uint8_t* w, index_t n, float* y) { detail::compress_decode_int8(w, n, B, y); }
+  /// encode, and residual = x - decode(wire) in the same pass (optional; see gradient_compression).
+  static void encode_residual(const float* x, index_t n, std::uint8_t* w, float* residual) {
+    detail::compress_encode_int8_residual(x, n, B, w, residual);
+  }
+  /// acc += decode(w) (optional; see gradient_compression).
+  static void decode_add(const std::uint8_t* w, index_t n, float* acc) { detail::compress_decode_add_int8(w, n, B, acc); }
+};
+
+/// One sign bit per element (packed 8 to a byte) and one fp32 scale per block of B, the mean |x|
+/// of the block: x is sent as sign(x) * mean|x|. 1/8 + 4/B bytes per element (B = 256: 0.035x of
+/// fp32). Only useful with error feedback, which it has.
+/// \tparam B elements per scale, a multiple of 8
+template <index_t B = 256>
+struct sign_1bit_block : compression_base {
+  static_assert(B >= 8 && B % 8 == 0, "sign_1bit_block<B>: B must be a positive multiple of 8");
+  static constexpr std::string_view name = "sign_1bit";
+  static constexpr bool lossy = true;
+  static constexpr index_t block = B;
+  static constexpr std::size_t wire_bytes(index_t n) { return static_cast<std::size_t>(n / 8 + 4 * (n / B)); }
+  static void encode(const float* x, index_t n, std::uint8_t* w) { detail::compress_encode_sign(x, n, B, w); }
+  static void decode(const std::uint8_t* w, index_t n, float* y) { detail::compress_decode_sign(w, n, B, y); }
+  /// encode, and residual = x - decode(wire) in the same pass (optional; see gradient_compression).
+  static void encode_residual(const float* x, index_t n, std::uint8_t* w, float* residual) {
+    detail::compress_encode_sign_residual(x, n, B, w, residual);
+  }
+  /// acc += decode(w) (optional; see gradient_compression).
+  static void decode_add(const std::uint8_t* w, index_t n, float* acc) { detail::compress_decode_add_sign(w, n, B, acc); }
+};
+
+/// The int8 and 1-bit policies with their default blocks.
+using int8 = int8_block<>;
+using sign_1bit = sign_1bit_block<>;
+
+static_assert(gradient_compression<none> && gradient_compression<fp16> && gradient_compression<bf16> &&
+              gradient_compression<int8> && gradient_compression<sign_1bit>);
+
+/// One error-feedback step of a codec on its own, without communication: meant = x + residual is
+/// encoded into wire (C::wire_bytes(n) bytes), sent = decode(wire) is written to `sent`, and the
+/// residual becomes meant - sent. n must be a multiple of C::block. residual may be null (no
+/// feedback). This is the worker side of the quantized allreduce, exposed for tests and for users
+/// who move gradients some other way.
+template <gradient_compression C>
+void encode_with_feedback(const float* x, index_t n, float* residual, std::uint8_t* wire, float* sent) {
+  TRAINKIT_CHECK(n >= 0 && n % C::block == 0, value_error, "encode_with_feedback",
+                 C::name << ": n = " << n << " is not a multiple of the block " << C::block);
+  if (residual == nullptr) {
+    C::encode(x, n, wire);
+    C::decode(wire, n, sent);
+    return;
+  }
+  // The residual buffer holds what is meant until the last pass turns it into the new residual.
+  detail::compress_accumulate(x, n, residual);
+  C::encode(residual, n, wire);
+  C::decode(wire, n, sent);
+  detail::compress_update_residual(residual, sent, n, residual);
+}
+
+}  // namespace trainkit::dist

@@ -1,0 +1,507 @@
+// trainkit/dist/data_parallel.hpp - data_parallel<Comm, Compression>: PyTorch DDP's reducer for
+// trainkit modules. Every rank runs the same model on its shard of the batch; data_parallel makes
+// the gradients the average over the ranks, reducing bucket by bucket while backward is still
+// running (DESIGN.md section 5):
+//
+//   dist::thread_group / dist::mpi comm = ...;
+//   dist::data_parallel<dist::mpi, dist::int8> ddp(comm, *model);   // checks + broadcasts rank 0's
+//   for (...) {
+//     optimizer.zero_grad();
+//     loss(model->forward(x), y).backward();  // hooks copy gradients into buckets; full buckets go
+//     ddp.finish();                           //   to the communication thread; finish() waits,
+//     optimizer.step();                       //   then .grad() holds the average over the ranks
+//   }
+//
+// Gradient accumulation: backward passes inside `auto g = ddp.no_sync();` only accumulate locally;
+// the next backward outside it reduces the sum.
+//
+// A parameter whose gradient hook did not fire in a synced step (not used by this rank's forward)
+// contributes its current .grad() - zero when it has none - and gets the reduced value like every
+// other parameter, so ranks that take different branches still issue the same collectives (PyTorch's
+// find_unused_parameters, without its extra pass). After finish() every parameter that requires
+// grad has a defined .grad().
+#pragma once
+
+#include <algorithm>           // std::clamp
+#include <chrono>              // steady_clock: communication time
+#include <condition_variable>  // the communication thread's queue
+#include <cstddef>
+#include <cstdint>
+#include <cstring>    // std::memcpy (descriptions in the mismatch report)
+#include <deque>      // the queue of full buckets
+#include <exception>  // std::exception_ptr: a failed allreduce reaches finish()
+#include <memory>     // std::shared_ptr/weak_ptr: hooks outlive nothing they point to
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <type_traits>  // std::is_same_v
+#include <utility>
+#include <vector>
+
+#include "trainkit/autograd/var.hpp"
+#include "trainkit/core/device.hpp"
+#include "trainkit/core/elementwise.hpp"  // copy_, zero_
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/tensor.hpp"
+#include "trainkit/dist/bucket.hpp"
+#include "trainkit/dist/check_consistent.hpp"  // hash_bytes, hash_combine, check_consistent
+#include "trainkit/dist/compression.hpp"
+#include "trainkit/dist/concepts.hpp"
+#include "trainkit/dist/quantized_allreduce.hpp"
+#include "trainkit/dist/reduce_op.hpp"
+#include "trainkit/dist/work.hpp"
+
+namespace trainkit::dist {
+
+/// Settings of data_parallel.
+struct data_parallel_options {
+  std::size_t bucket_cap_bytes = std::size_t(25) << 20;       // every bucket after the first
+  std::size_t first_bucket_cap_bytes = std::size_t(1) << 20;  // the first (last layers): starts early
+  /// Reduce each bucket as soon as it is full, during backward. false: everything in finish() - the
+  /// baseline that shows what overlapping hides.
+  bool overlap = true;
+  /// Broadcast the buffers (BatchNorm running statistics) from rank 0 at construction, like the
+  /// parameters. sync_buffers() does it again on request.
+  bool broadcast_buffers = true;
+};
+
+/// What data_parallel has done so far (figures for logs and the monitor).
+struct data_parallel_stats {
+  std::uint64_t steps = 0;            // synced finish() calls
+  std::uint64_t buckets_reduced = 0;  // allreduces run
+  std::uint64_t bytes_sent = 0;       // put on the wire by this rank
+  double comm_seconds = 0;            // the communication thread's busy time (quantization included)
+  double exposed_seconds = 0;         // time finish() waited: communication backward did not hide
+  /// comm_seconds as a share of a training time of step_seconds in total.
+  double comm_share(double step_seconds) const { return step_seconds > 0 ? comm_seconds / step_seconds : 0.0; }
+  double exposed_share(double step_seconds) const {
+    return step_seconds > 0 ? exposed_seconds / step_seconds : 0.0;
+  }
+};
+
+/// Collective: true on every rank when `local` is true on any rank (the loss scaler's found_inf
+/// across ranks). Call it when no other collective is in flight on comm.
+template <communicator Comm>
+bool any_rank(Comm& comm, bool local) {
+  std::int32_t v = local ? 1 : 0;
+  comm.allreduce(&v, 1, reduce_op::max).wait();
+  return v != 0;
+}
+
+/// Data-parallel training over a communicator: parameter and buffer broadcast from rank 0 at
+/// construction (after checking that every rank holds the same parameter list), gradient buckets
+/// reduced through the compression policy on a communication thread while backward runs, and
+/// finish() to wait and write the averages into .grad(). Not copyable or movable (the parameters'
+/// hooks refer to it); destroying it joins the communication thread.
+/// \tparam Comm a communicator (thread_group, mpi); it must outlive this object
+/// \tparam Compression a gradient_compression policy (none by default)
+/// \tparam T the parameters' element type (lossy compression needs float)
+/// \tparam Device cpu (CUDA reduces on a side stream; it comes with the CUDA backend)
+template <communicator Comm, gradient_compression Compression = none, class T = float, class Device = cpu>
+class data_parallel {
+  static_assert(std::is_same_v<Device, cpu>,
+                "data_parallel: only the cpu device for now (CUDA DDP with streams comes with the CUDA backend)");
+  static_assert(std::is_same_v<T, float> || !Compression::lossy,
+                "data_parallel: lossy gradient compression works on float parameters only");
+
+ public:
+  using var_type = autograd::var<T, Device>;
+  using tensor_type = tensor<T, Device>;
+  using named_parameters = std::vector<std::pair<std::string, var_type>>;
+  using named_buffers = std::vector<std::pair<std::string, tensor_type>>;
+
+  /// RAII scope in which backward only accumulates gradients locally (no communication);
+  /// the first synced backward after it reduces the accumulated sum.
+  class no_sync_guard {
+   public:
+    no_sync_guard(const no_sync_guard&) = delete;
+    no_sync_guard& operator=(const no_sync_guard&) = delete;
+    ~no_sync_guard() {
+      std::lock_guard lk(*mu_);
+      *sync_ = previous_;
+    }
+
+   private:
+    friend class data_parallel;
+    no_sync_guard(std::mutex* mu, bool* sync) : mu_(mu), sync_(sync) {
+      std::lock_guard lk(*mu_);
+      previous_ = *sync_;
+      *sync_ = false;
+    }
+    std::mutex* mu_;
+    bool* sync_;
+    bool previous_ = true;
+  };
+
+  /// Collective. A model is anything with named_parameters() and named_buffers() (nn::module).
+  template <class Model>
+    requires requires(const Model& m) {
+      { m.named_parameters() } -> std::convertible_to<named_parameters>;
+      { m.named_buffers() } -> std::convertible_to<named_buffers>;
+    }
+  data_parallel(Comm& comm, const Model& model, data_parallel_options opts = {}, Compression compression = {})
+      : data_parallel(comm, model.named_parameters(), model.named_buffers(), opts, std::move(compression)) {}
+
+  /// Collective, on explicit lists of (name, parameter) and (name, buffer).
+  data_parallel(Comm& comm, named_parameters params, named_buffers buffers, data_parallel_options opts = {},
+                Compression compression = {})
+      : core_(std::make_shared<core>(comm, std::move(params), std::move(buffers), opts, std::move(compression))) {
+    core_->check_same_model();
+    core_->broadcast_from_root(true, opts.broadcast_buffers);
+    core_->plan();
+    core_->start();
+    for (std::size_t i = 0; i < core_->params.size(); ++i) {
+      auto& v = core_->params[i].second;
+      if (!v.requires_grad()) continue;
+      v.register_post_accumulate_hook([w = std::weak_ptr<core>(core_), i](tensor_type& g) {
+        if (auto c = w.lock()) c->on_ready(i, g);
+      });
+    }
+  }
+
+  data_parallel(const data_parallel&) = delete;
+  data_parallel& operator=(const data_parallel&) = delete;
+  ~data_parallel() { core_->stop(); }
+
+  /// After backward, before the optimizer step: reduces what is left, waits for every bucket,
+  /// writes the average over the ranks into every parameter's .grad(). Rethrows (dist_error) what
+  /// the communication thread caught. Inside no_sync() it does nothing.
+  void finish() { core_->finish(); }
+
+  /// Backward passes in this scope accumulate locally: `{ auto g = ddp.no_sync(); loss.backward(); }`.
+  [[nodiscard]] no_sync_guard no_sync() { return no_sync_guard(&core_->mu, &core_->sync); }
+
+  /// Collective: broadcasts the buffers from rank 0 again (BatchNorm running statistics before an
+  /// evaluation or a snapshot). Call it between steps.
+  void sync_buffers() {
+    core_->require_idle("sync_buffers");
+    core_->broadcast_from_root(false, true);
+  }
+
+  /// Collective: the loss scaler's found_inf OR-ed over the ranks. Call it between finish() and the
+  /// next backward.
+  bool found_inf(bool local) {
+    core_->require_idle("found_inf");
+    return any_rank(core_->comm, local);
+  }
+
+  data_parallel_stats stats() const {
+    std::lock_guard lk(core_->mu);
+    data_parallel_stats s = core_->stats;
+    s.bytes_sent = core_->compression.bytes_sent();
+    return s;
+  }
+  /// The policy with its error-feedback state (state()/load_state() for snapshots); touch it
+  /// between steps only.
+  Compression& compression() noexcept { return core_->compression; }
+  const Compression& compression() const noexcept { return core_->compression; }
+  const bucket_plan& buckets() const noexcept { return core_->layout; }
+  const data_parallel_options& options() const noexcept { return core_->opts; }
+  int rank() const { return core_->comm.rank(); }
+  int size() const { return core_->comm.size(); }
+
+ private:
+  using clock = std::chrono::steady_clock;
+
+  // Everything the hooks and the communication thread share; hooks hold it weakly.
+  struct core {
+    Comm& comm;
+    named_parameters params;
+    named_buffers buffers;
+    data_parallel_options opts;
+    Compression compression;
+    bucket_plan layout;
+    std::vector<tensor_type> flat;  // one buffer per bucket
+    std::vector<tensor_type> slot;  // per parameter: its view into its bucket's buffer
+
+    // Step state of the thread that runs backward (hooks and finish()).
+    std::vector<bool> ready;
+    std::vector<std::size_t> pending;  // per bucket: parameters not ready yet
+    std::size_t next_launch = 0;
+
+    // Shared with the communication thread, under mu.
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::size_t> queue;
+    std::size_t completed = 0;
+    bool stopping = false;
+    bool sync = true;
+    std::exception_ptr failure;
+    data_parallel_stats stats;
+    std::thread worker;
+    compress_workspace ws;  // used by the communication thread only
+
+    core(Comm& c, named_parameters p, named_buffers b, data_parallel_options o, Compression comp)
+        : comm(c), params(std::move(p)), buffers(std::move(b)), opts(o), compression(std::move(comp)) {}
+    core(const core&) = delete;
+    core& operator=(const core&) = delete;
+    ~core() { stop(); }  // also when the constructor of data_parallel failed half-way
+
+    // ---- construction -----------------------------------------------------------------------
+    static std::uint64_t entry_hash(std::string_view kind, const std::string& name, const shape& s, bool grad) {
+      std::uint64_t h = hash_bytes(kind.data(), kind.size());
+      h = hash_bytes(name.data(), name.size(), h);
+      h = hash_combine(h, s.size());
+      for (index_t d : s) h = hash_combine(h, static_cast<std::uint64_t>(d));
+      return hash_combine(h, grad ? 1 : 0);
+    }
+    std::string describe(std::size_t i) const {
+      std::ostringstream os;
+      if (i < params.size()) {
+        const auto& [n, v] = params[i];
+        os << "parameter '" << n << "' " << trainkit::to_string(v.sizes()) << (v.requires_grad() ? "" : " (no grad)");
+      } else if (i - params.size() < buffers.size()) {
+        const auto& [n, t] = buffers[i - params.size()];
+        os << "buffer '" << n << "' " << trainkit::to_string(t.sizes());
+      } else {
+        os << "nothing (the list ends)";
+      }
+      return os.str();
+    }
+
+    // Every rank must hold the same parameters and buffers in the same order, or the buckets (and
+    // the broadcasts) would not match and the ranks would deadlock. On a mismatch every rank throws
+    // the same dist_error, which names the first entry that differs on each rank.
+    void check_same_model() {
+      const int w = comm.size();
+      std::vector<std::uint64_t> hashes;
+      for (const auto& [n, v] : params) hashes.push_back(entry_hash("p", n, v.sizes(), v.requires_grad()));
+      for (const auto& [n, t] : buffers) hashes.push_back(entry_hash("b", n, t.sizes(), false));
+      // Settings that change which collectives run must agree too.
+      std::uint64_t settings = hash_bytes(Compression::name.data(), Compression::name.size());
+      settings = hash_combine(settings, static_cast<std::uint64_t>(Compression::block));
+      settings = hash_combine(settings, opts.bucket_cap_bytes);
+      settings = hash_combine(settings, opts.first_bucket_cap_bytes);
+      settings = hash_combine(settings, opts.broadcast_buffers ? 1 : 0);
+      settings = hash_combine(settings, sizeof(T));
+      check_consistent(comm, settings, "data_parallel: the settings (compression policy, bucket caps, "
+                                       "broadcast_buffers, element type)");
+      if (w == 1) return;
+
+      std::int64_t count = static_cast<std::int64_t>(hashes.size());
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(w));
+      comm.allgather(&count, 1, counts.data()).wait();
+      std::size_t m = hashes.size();
+      bool same_count = true;
+      for (auto c : counts) {
+        m = std::min(m, static_cast<std::size_t>(c));
+        same_count = same_count && c == count;
+      }
+      std::vector<std::int64_t> mine(m), all(m * static_cast<std::size_t>(w));
+      for (std::size_t i = 0; i < m; ++i) mine[i] = static_cast<std::int64_t>(hashes[i]);
+      comm.allgather(mine.data(), m, all.data()).wait();
+      std::size_t first = m;  // the first index where some rank differs from rank 0
+      for (std::size_t i = 0; i < m && first == m; ++i)
+        for (int r = 1; r < w; ++r)
+          if (all[static_cast<std::size_t>(r) * m + i] != all[i]) {
+            first = i;
+            break;
+          }
+      if (first == m && same_count) return;
+
+      // Every rank describes its entry `first` in a fixed-size record, so the report is the same
+      // everywhere (and no rank is left waiting in a collective the others skipped).
+      constexpr std::size_t rec = 256;
+      std::string d = describe(first);
+      d.resize(rec - 1, ' ');
+      std::vector<std::uint8_t> desc(rec, 0), descs(rec * static_cast<std::size_t>(w));
+      std::memcpy(desc.data(), d.data(), d.size());
+      comm.allgather(desc.data(), rec, descs.data()).wait();
+      std::ostringstream os;
+      os << "data_parallel: the ranks hold different models (the gradient buckets would not match): entry #"
+         << first << " of the parameter+buffer list is";
+      for (int r = 0; r < w; ++r) {
+        std::string s(reinterpret_cast<const char*>(descs.data() + static_cast<std::size_t>(r) * rec), rec - 1);
+        s.erase(s.find_last_not_of(' ') + 1);
+        os << (r ? ";" : "") << " on rank " << r << ": " << s;
+      }
+      os << ". Entries per rank (parameters then buffers):";
+      for (int r = 0; r < w; ++r) os << " rank " << r << ": " << counts[static_cast<std::size_t>(r)];
+      throw dist_error(os.str());
+    }
+
+    template <class Tensor>
+    void broadcast_tensor(Tensor& t) {
+      if (t.numel() == 0) return;
+      if (t.is_contiguous()) {
+        comm.broadcast(t.data(), static_cast<std::size_t>(t.numel()), 0).wait();
+      } else {
+        auto c = t.contiguous();
+        comm.broadcast(c.data(), static_cast<std::size_t>(c.numel()), 0).wait();
+        copy_(t, c);
+      }
+    }
+    void broadcast_from_root(bool parameters, bool bufs) {
+      if (comm.size() == 1) return;
+      if (parameters)
+        for (auto& [n, v] : params) broadcast_tensor(v.value());
+      if (bufs)
+        for (auto& [n, t] : buffers) broadcast_tensor(t);
+    }
+
+    void plan() {
+      std::vector<index_t> numels;
+      std::vector<bool> skip;
+      for (const auto& [n, v] : params) {
+        numels.push_back(v.numel());
+        skip.push_back(!v.requires_grad());
+      }
+      layout = plan_buckets(numels, sizeof(T), {opts.bucket_cap_bytes, opts.first_bucket_cap_bytes}, skip);
+      flat.clear();
+      for (const auto& b : layout.buckets) flat.push_back(tensor_type::zeros({b.numel}));
+      slot.assign(params.size(), tensor_type());
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        if (skip[i]) continue;
+        const auto& b = layout.buckets[layout.bucket_of[i]];
+        const index_t off = b.offsets[layout.slot_of[i]];
+        slot[i] = flat[layout.bucket_of[i]].slice(0, off, off + numels[i]).view(params[i].second.sizes());
+      }
+      ready.assign(params.size(), false);
+      reset_step();
+    }
+    void reset_step() {
+      std::fill(ready.begin(), ready.end(), false);
+      pending.assign(layout.buckets.size(), 0);
+      for (std::size_t b = 0; b < layout.buckets.size(); ++b) pending[b] = layout.buckets[b].params.size();
+      next_launch = 0;
+      std::lock_guard lk(mu);
+      completed = 0;
+    }
+
+    // ---- the communication thread -------------------------------------------------------------
+    void start() {
+      worker = std::thread([this] { run(); });
+    }
+    void stop() {
+      {
+        std::lock_guard lk(mu);
+        stopping = true;
+      }
+      cv.notify_all();
+      if (worker.joinable()) worker.join();
+    }
+    void run() {
+      std::unique_lock lk(mu);
+      for (;;) {
+        cv.wait(lk, [&] { return stopping || !queue.empty(); });
+        if (queue.empty()) return;  // stopping, nothing left
+        const std::size_t b = queue.front();
+        queue.pop_front();
+        const bool skip = failure != nullptr;  // after a failure the peers are gone: do not wait again
+        lk.unlock();
+        std::exception_ptr err;
+        const auto t0 = clock::now();
+        if (!skip) {
+          try {
+            reduce(b);
+          } catch (...) {
+            err = std::current_exception();
+          }
+        }
+        const double dt = std::chrono::duration<double>(clock::now() - t0).count();
+        lk.lock();
+        if (err && !failure) failure = err;
+        stats.comm_seconds += dt;
+        if (!skip) ++stats.buckets_reduced;
+        ++completed;
+        cv.notify_all();
+      }
+    }
+
+    void reduce(std::size_t b) {
+      if constexpr (std::is_same_v<T, float>) {
+        compressed_allreduce(comm, compression, flat[b].data(), flat[b].numel(), b, reduce_op::avg, &ws);
+      } else {  // double (lossless only): the communicator's own allreduce
+        const index_t n = flat[b].numel();
+        if (n > 0 && comm.size() > 1) comm.allreduce(flat[b].data(), static_cast<std::size_t>(n), reduce_op::avg).wait();
+        compression.counter().add(compressed_allreduce_bytes<none>(n, comm.size()) / 4 * sizeof(T));
+      }
+    }
+
+    // ---- the backward side -----------------------------------------------------------------------
+    bool syncing() {
+      std::lock_guard lk(mu);
+      return sync;
+    }
+    // Hooks do nothing inside no_sync() and after a failure (finish() reports that one).
+    bool collecting() {
+      std::lock_guard lk(mu);
+      return sync && !failure;
+    }
+    void launch_ready() {
+      std::size_t first = next_launch;
+      while (next_launch < pending.size() && pending[next_launch] == 0) ++next_launch;
+      if (first == next_launch) return;
+      {
+        std::lock_guard lk(mu);
+        for (std::size_t b = first; b < next_launch; ++b) queue.push_back(b);
+      }
+      cv.notify_all();
+    }
+    void mark_ready(std::size_t i, const tensor_type* g) {
+      tensor_type& s = slot[i];
+      if (g && g->defined()) {
+        copy_(s, *g);
+      } else {
+        zero_(s);
+      }
+      ready[i] = true;
+      --pending[layout.bucket_of[i]];
+    }
+    void on_ready(std::size_t i, tensor_type& g) {
+      if (!collecting()) return;
+      TRAINKIT_CHECK(!ready[i], usage_error, "data_parallel",
+                     "the gradient of parameter '"
+                         << params[i].first
+                         << "' was marked ready twice in one step: call finish() after each synced backward "
+                            "(or run the extra backward passes inside no_sync())");
+      mark_ready(i, &g);
+      if (opts.overlap) launch_ready();
+    }
+
+    void require_idle(const char* what) {
+      const bool mid_step = std::any_of(ready.begin(), ready.end(), [](bool r) { return r; });
+      TRAINKIT_CHECK(!mid_step, usage_error, std::string("data_parallel::") + what,
+                     "called between a synced backward and finish()");
+    }
+
+    void finish() {
+      if (!syncing()) return;
+      {
+        std::lock_guard lk(mu);
+        if (failure) std::rethrow_exception(failure);
+      }
+      // Parameters whose hook did not fire contribute what they hold (see the top of this file).
+      for (std::size_t i = 0; i < params.size(); ++i)
+        if (params[i].second.requires_grad() && !ready[i]) mark_ready(i, &params[i].second.grad());
+      launch_ready();
+      const auto t0 = clock::now();
+      std::exception_ptr err;
+      {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return completed == layout.buckets.size(); });
+        stats.exposed_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        ++stats.steps;
+        err = failure;
+      }
+      if (err) {
+        reset_step();
+        std::rethrow_exception(err);
+      }
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        auto& v = params[i].second;
+        if (!v.requires_grad()) continue;
+        if (v.grad().defined())
+          copy_(v.grad(), slot[i]);
+        else
+          v.set_grad(slot[i].clone());
+      }
+      reset_step();
+    }
+  };
+
+  std::shared_ptr<core> core_;
+};
+
+}  // namespace trainkit::dist

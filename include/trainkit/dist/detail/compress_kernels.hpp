@@ -1,0 +1,329 @@
+// trainkit/dist/detail/compress_kernels.hpp - the per-element math of gradient compression as
+// TRAINKIT_HD functors (a CUDA backend calls the same ones from its kernels), and the host loops
+// over blocks that use them.
+//
+// Wire layout: block after block, each block self-contained, so the encoding of a run of k blocks is
+// the k blocks' encodings one after the other (the quantized allreduce encodes and decodes tiles of
+// a chunk independently):
+//   fp16, bf16:        one 16-bit value per element (a block is one element)
+//   int8_block<B>:     per block: fp32 scale, B int8 values                 (4 + B bytes)
+//   sign_1bit<B>:      per block: fp32 scale, B/8 bytes of sign bits        (4 + B/8 bytes;
+//                      bit j of byte k = element 8k + j of the block)
+// Scales and 16-bit values are read and written with memcpy: a block starts at any byte offset.
+// The loops are written so that the compiler vectorizes them with baseline SSE2 (no -march).
+#pragma once
+
+#include <cstdint>  // std::int8_t, std::uint8_t, std::uint16_t, std::uint32_t
+#include <cstring>  // std::memcpy
+
+#include "trainkit/config.hpp"
+#include "trainkit/core/bfloat16.hpp"
+#include "trainkit/core/half.hpp"   // trainkit::detail::bit_cast (host and device)
+#include "trainkit/core/shape.hpp"  // index_t
+
+namespace trainkit::dist::detail {
+
+// ---- functors -----------------------------------------------------------------------------------
+
+/// float -> IEEE half bits, round to nearest even, exactly what trainkit::half(float) gives, in a
+/// few integer operations (F. Giesen's float_to_half_fast3_rtne). Finite values beyond fp16's range
+/// saturate to +-65504 (an overflow to inf would poison the error-feedback residual); inf and NaN
+/// pass through (NaN as the quiet NaN 0x7e00).
+struct compress_fp16_encode_fn {
+  TRAINKIT_HD std::uint16_t operator()(float f) const {
+    std::uint32_t x = trainkit::detail::bit_cast<std::uint32_t>(f);
+    const std::uint32_t sign = x & 0x80000000u;
+    x ^= sign;
+    std::uint32_t o;
+    if (x > 0x7f800000u) {
+      o = 0x7e00u;  // NaN
+    } else if (x == 0x7f800000u) {
+      o = 0x7c00u;  // inf
+    } else if (x > 0x477fe000u) {
+      o = 0x7bffu;  // finite, rounds beyond 65504: saturate
+    } else if (x < 0x38800000u) {
+      // Below 2^-14: a subnormal half (or 0). Adding 0.5 aligns the mantissa so that float's own
+      // rounding does the round-to-nearest-even.
+      const float t = trainkit::detail::bit_cast<float>(x) + 0.5f;
+      o = trainkit::detail::bit_cast<std::uint32_t>(t) - 0x3f000000u;
+    } else {
+      const std::uint32_t odd = (x >> 13) & 1u;
+      x += 0xc8000fffu + odd;  // rebias the exponent (15 - 127) << 23, round half to even
+      o = x >> 13;
+    }
+    return static_cast<std::uint16_t>(o | (sign >> 16));
+  }
+};
+/// IEEE half bits -> float, exact (F. Giesen's half_to_float).
+struct compress_fp16_decode_fn {
+  TRAINKIT_HD float operator()(std::uint16_t h) const {
+    constexpr std::uint32_t shifted_exp = 0x7c00u << 13;
+    std::uint32_t o = static_cast<std::uint32_t>(h & 0x7fffu) << 13;
+    const std::uint32_t exp = shifted_exp & o;
+    o += (127u - 15u) << 23;
+    if (exp == shifted_exp) {
+      o += (128u - 16u) << 23;  // inf, NaN
+    } else if (exp == 0) {
+      o += 1u << 23;  // subnormal: renormalise through a float subtraction
+      o = trainkit::detail::bit_cast<std::uint32_t>(trainkit::detail::bit_cast<float>(o) -
+                                                    trainkit::detail::bit_cast<float>(113u << 23));
+    }
+    o |= static_cast<std::uint32_t>(h & 0x8000u) << 16;
+    return trainkit::detail::bit_cast<float>(o);
+  }
+};
+struct compress_bf16_encode_fn {
+  TRAINKIT_HD std::uint16_t operator()(float x) const { return bfloat16(x).bits(); }
+};
+struct compress_bf16_decode_fn {
+  TRAINKIT_HD float operator()(std::uint16_t b) const { return static_cast<float>(bfloat16::from_bits(b)); }
+};
+
+/// The int8 scale of a block from its max |x|: symmetric, 127 levels each side. A block with a
+/// non-finite value gets a NaN scale, so it decodes to NaN and the loss scaler still sees it; a
+/// block below 1e-30 (127 / absmax would overflow) is sent as zeros - error feedback keeps it.
+struct compress_int8_scale_fn {
+  TRAINKIT_HD float operator()(float absmax, bool finite) const {
+    return !finite ? __builtin_nanf("") : (absmax < 1e-30f ? 0.0f : absmax / 127.0f);
+  }
+};
+
+/// x -> round-to-nearest-even(x * inv_scale) for a finite block with inv_scale = 127 / absmax (or 0):
+/// |x * inv_scale| <= 127 (1 + 2^-23), which rounds into [-127, 127], so no clamp is needed. The
+/// rounding adds and subtracts 1.5 * 2^23 (exact for |v| < 2^22): it vectorizes without SSE4.1's
+/// roundps and gives the same result on a GPU.
+struct compress_int8_quantize_fn {
+  float inv_scale;
+  TRAINKIT_HD std::int8_t operator()(float x) const {
+    constexpr float magic = 12582912.0f;  // 1.5 * 2^23
+    return static_cast<std::int8_t>(static_cast<int>((x * inv_scale + magic) - magic));
+  }
+};
+struct compress_int8_dequantize_fn {
+  float scale;
+  TRAINKIT_HD float operator()(std::int8_t q) const { return static_cast<float>(q) * scale; }
+};
+
+/// One sign bit: set for x >= 0 (a zero decodes to +scale, which is 0 for an all-zero block).
+struct compress_sign_bit_fn {
+  TRAINKIT_HD std::uint8_t operator()(float x) const { return x >= 0.0f ? 1 : 0; }
+};
+struct compress_sign_decode_fn {
+  float scale;  // mean |x| of the block
+  TRAINKIT_HD float operator()(int bit) const { return scale * static_cast<float>(2 * bit - 1); }  // vectorizes
+};
+
+/// The new error-feedback residual: what was meant minus what was sent; 0 where that is not finite,
+/// so one overflowing step (skipped by the loss scaler) does not poison every later one.
+struct compress_residual_fn {
+  TRAINKIT_HD float operator()(float meant, float sent) const {
+    const float r = meant - sent;
+    return (r - r == 0.0f) ? r : 0.0f;  // r - r is NaN exactly when r is inf or NaN
+  }
+};
+
+// ---- host loops ---------------------------------------------------------------------------------
+
+/// Runs below this many elements are done on the calling thread (no OpenMP team).
+inline constexpr index_t compress_parallel_threshold = index_t(1) << 16;
+
+/// body(i) for i in [0, n): over OpenMP threads when work (elements) reaches the threshold, else a
+/// plain loop - an `omp parallel if (false)` still costs a team start, too much for the small tiles
+/// the quantized allreduce works in.
+template <class Body>
+void compress_for(index_t n, [[maybe_unused]] index_t work, Body body) {
+#if TRAINKIT_HAS_OPENMP
+  if (work >= compress_parallel_threshold) {
+#pragma omp parallel for schedule(static)
+    for (index_t i = 0; i < n; ++i) body(i);
+    return;
+  }
+#endif
+  for (index_t i = 0; i < n; ++i) body(i);
+}
+
+inline float compress_load_scale(const std::uint8_t* p) {
+  float s;
+  std::memcpy(&s, p, sizeof s);
+  return s;
+}
+inline void compress_store_scale(std::uint8_t* p, float s) { std::memcpy(p, &s, sizeof s); }
+
+template <class Fn>
+void compress_encode_16bit(const float* x, index_t n, std::uint8_t* out, Fn fn) {
+  compress_for(n, n, [&](index_t i) {
+    const std::uint16_t b = fn(x[i]);
+    std::memcpy(out + 2 * i, &b, 2);
+  });
+}
+template <class Fn>
+void compress_decode_16bit(const std::uint8_t* in, index_t n, float* out, Fn fn) {
+  compress_for(n, n, [&](index_t i) {
+    std::uint16_t b;
+    std::memcpy(&b, in + 2 * i, 2);
+    out[i] = fn(b);
+  });
+}
+
+/// Max |x| of a block and whether all of it is finite. The max is taken over the bit patterns of
+/// |x| as integers (the same order for non-negative floats, and inf and NaN compare above every
+/// finite value): an integer reduction, which the compiler vectorizes without -ffast-math.
+inline float compress_block_absmax(const float* x, index_t B, bool& finite) {
+  std::int32_t m = 0;
+  for (index_t i = 0; i < B; ++i) {
+    const std::int32_t b = trainkit::detail::bit_cast<std::int32_t>(x[i]) & 0x7fffffff;
+    m = b > m ? b : m;
+  }
+  finite = m < 0x7f800000;
+  return trainkit::detail::bit_cast<float>(m);
+}
+/// Sum of |x| of a block: eight partial sums side by side (without -ffast-math the compiler may not
+/// reorder one float reduction, but it vectorizes eight).
+inline float compress_block_abssum(const float* x, index_t B) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t i = 0;
+  for (; i + 8 <= B; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += x[i + j] < 0.0f ? -x[i + j] : x[i + j];
+  for (; i < B; ++i) s[0] += x[i] < 0.0f ? -x[i] : x[i];
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/// int8_block<B> on n elements (a multiple of B).
+inline void compress_encode_int8(const float* x, index_t n, index_t B, std::uint8_t* out) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const float* xb = x + b * B;
+    std::uint8_t* ob = out + b * (4 + B);
+    bool finite = true;
+    const float m = compress_block_absmax(xb, B, finite);
+    const float scale = compress_int8_scale_fn{}(m, finite);
+    compress_store_scale(ob, scale);
+    auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
+    if (scale > 0.0f) {
+      const compress_int8_quantize_fn quant{127.0f / m};
+      for (index_t i = 0; i < B; ++i) q[i] = quant(xb[i]);
+    } else {  // zero, tiny or non-finite (NaN scale): nothing to quantize
+      std::memset(q, 0, static_cast<std::size_t>(B));
+    }
+  });
+}
+/// compress_encode_int8, and residual[i] = x[i] - decoded[i] (compress_residual_fn) in the same pass
+/// over the block (the worker and server sides of error feedback without a separate decode).
+inline void compress_encode_int8_residual(const float* x, index_t n, index_t B, std::uint8_t* out, float* residual) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const float* xb = x + b * B;
+    float* rb = residual + b * B;
+    std::uint8_t* ob = out + b * (4 + B);
+    bool finite = true;
+    const float m = compress_block_absmax(xb, B, finite);
+    const float scale = compress_int8_scale_fn{}(m, finite);
+    compress_store_scale(ob, scale);
+    auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
+    if (scale > 0.0f) {
+      const compress_int8_quantize_fn quant{127.0f / m};
+      const compress_int8_dequantize_fn deq{scale};
+      for (index_t i = 0; i < B; ++i) {
+        q[i] = quant(xb[i]);
+        rb[i] = compress_residual_fn{}(xb[i], deq(q[i]));
+      }
+    } else {
+      std::memset(q, 0, static_cast<std::size_t>(B));
+      const compress_int8_dequantize_fn deq{scale};  // NaN for a non-finite block: residual 0
+      for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], deq(0));
+    }
+  });
+}
+inline void compress_decode_int8(const std::uint8_t* in, index_t n, index_t B, float* out) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const std::uint8_t* ib = in + b * (4 + B);
+    const compress_int8_dequantize_fn deq{compress_load_scale(ib)};
+    const auto* q = reinterpret_cast<const std::int8_t*>(ib + 4);
+    float* ob = out + b * B;
+    for (index_t i = 0; i < B; ++i) ob[i] = deq(q[i]);
+  });
+}
+
+/// acc[i] += decoded int8 (the server's sum over the ranks, without a separate pass).
+inline void compress_decode_add_int8(const std::uint8_t* in, index_t n, index_t B, float* acc) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const std::uint8_t* ib = in + b * (4 + B);
+    const compress_int8_dequantize_fn deq{compress_load_scale(ib)};
+    const auto* q = reinterpret_cast<const std::int8_t*>(ib + 4);
+    float* ob = acc + b * B;
+    for (index_t i = 0; i < B; ++i) ob[i] += deq(q[i]);
+  });
+}
+
+/// sign_1bit<B> on n elements (a multiple of B; B a multiple of 8).
+inline void compress_encode_sign(const float* x, index_t n, index_t B, std::uint8_t* out) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const float* xb = x + b * B;
+    std::uint8_t* ob = out + b * (4 + B / 8);
+    compress_store_scale(ob, compress_block_abssum(xb, B) / static_cast<float>(B));
+    for (index_t k = 0; k < B / 8; ++k) {
+      unsigned byte = 0;
+      for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(compress_sign_bit_fn{}(xb[8 * k + j])) << j;
+      ob[4 + k] = static_cast<std::uint8_t>(byte);
+    }
+  });
+}
+/// compress_encode_sign, and the residual in the same pass (see compress_encode_int8_residual).
+inline void compress_encode_sign_residual(const float* x, index_t n, index_t B, std::uint8_t* out, float* residual) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const float* xb = x + b * B;
+    float* rb = residual + b * B;
+    std::uint8_t* ob = out + b * (4 + B / 8);
+    const float scale = compress_block_abssum(xb, B) / static_cast<float>(B);
+    compress_store_scale(ob, scale);
+    const compress_sign_decode_fn dec{scale};
+    for (index_t k = 0; k < B / 8; ++k) {
+      unsigned byte = 0;
+      for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(compress_sign_bit_fn{}(xb[8 * k + j])) << j;
+      ob[4 + k] = static_cast<std::uint8_t>(byte);
+    }
+    for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], dec(compress_sign_bit_fn{}(xb[i])));
+  });
+}
+inline void compress_decode_sign(const std::uint8_t* in, index_t n, index_t B, float* out) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const std::uint8_t* ib = in + b * (4 + B / 8);
+    const compress_sign_decode_fn dec{compress_load_scale(ib)};
+    float* ob = out + b * B;
+    for (index_t k = 0; k < B / 8; ++k) {
+      const int byte = ib[4 + k];
+      for (int j = 0; j < 8; ++j) ob[8 * k + j] = dec(static_cast<int>((byte >> j) & 1u));
+    }
+  });
+}
+
+/// acc[i] += decoded signs.
+inline void compress_decode_add_sign(const std::uint8_t* in, index_t n, index_t B, float* acc) {
+  const index_t nb = n / B;
+  compress_for(nb, n, [&](index_t b) {
+    const std::uint8_t* ib = in + b * (4 + B / 8);
+    const compress_sign_decode_fn dec{compress_load_scale(ib)};
+    float* ob = acc + b * B;
+    for (index_t k = 0; k < B / 8; ++k) {
+      const int byte = ib[4 + k];
+      for (int j = 0; j < 8; ++j) ob[8 * k + j] += dec(static_cast<int>((byte >> j) & 1u));
+    }
+  });
+}
+
+/// acc[i] += x[i].
+inline void compress_accumulate(const float* x, index_t n, float* acc) {
+  compress_for(n, n, [&](index_t i) { acc[i] += x[i]; });
+}
+
+/// residual[i] = meant[i] - sent[i] (compress_residual_fn) for i < n.
+inline void compress_update_residual(const float* meant, const float* sent, index_t n, float* residual) {
+  compress_for(n, n, [&](index_t i) { residual[i] = compress_residual_fn{}(meant[i], sent[i]); });
+}
+
+}  // namespace trainkit::dist::detail

@@ -1,0 +1,402 @@
+// Gradient compression: codec round trips and bounds, error feedback, the quantized allreduce on
+// thread_group (any length, any world size, overflowing sums) and the bytes it puts on the wire.
+// Catch2's assertions are not thread-safe: rank threads only record, the test thread checks.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "trainkit/dist/compression.hpp"
+#include "trainkit/dist/quantized_allreduce.hpp"
+#include "trainkit/dist/thread_group.hpp"
+
+namespace dist = trainkit::dist;
+using trainkit::index_t;
+
+namespace {
+
+std::vector<float> random_values(index_t n, unsigned seed, float scale = 1.0f) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+template <class C>
+std::vector<float> round_trip(const std::vector<float>& x) {
+  const auto n = static_cast<index_t>(x.size());
+  std::vector<std::uint8_t> wire(C::wire_bytes(n));
+  std::vector<float> y(x.size());
+  C::encode(x.data(), n, wire.data());
+  C::decode(wire.data(), n, y.data());
+  return y;
+}
+
+float absmax(const float* x, index_t n) {
+  float m = 0;
+  for (index_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("compression: fp16 and bf16 round trips are correctly rounded", "[dist][compression]") {
+  const auto x = random_values(1000, 1, 3.0f);
+  const auto h = round_trip<dist::fp16>(x);
+  const auto b = round_trip<dist::bf16>(x);
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    REQUIRE(h[i] == static_cast<float>(trainkit::half(x[i])));
+    REQUIRE(b[i] == static_cast<float>(trainkit::bfloat16(x[i])));
+    REQUIRE(std::fabs(h[i] - x[i]) <= std::fabs(x[i]) * 0x1p-11f + 0x1p-25f);
+    REQUIRE(std::fabs(b[i] - x[i]) <= std::fabs(x[i]) * 0x1p-8f);
+  }
+  // Finite values beyond fp16's range saturate; inf and NaN pass through.
+  const auto s = round_trip<dist::fp16>({1e6f, -1e6f, std::numeric_limits<float>::infinity(), NAN});
+  CHECK(s[0] == 65504.0f);
+  CHECK(s[1] == -65504.0f);
+  CHECK(std::isinf(s[2]));
+  CHECK(std::isnan(s[3]));
+}
+
+TEST_CASE("compression: the fp16 codec converts exactly like trainkit::half", "[dist][compression]") {
+  const dist::detail::compress_fp16_decode_fn dec;
+  const dist::detail::compress_fp16_encode_fn enc;
+  for (std::uint32_t b = 0; b < 65536; ++b) {  // every half decodes exactly, and encodes back
+    const auto h = trainkit::half::from_bits(static_cast<std::uint16_t>(b));
+    const float f = static_cast<float>(h);
+    if (std::isnan(f)) {
+      REQUIRE(std::isnan(dec(static_cast<std::uint16_t>(b))));
+      continue;
+    }
+    REQUIRE(trainkit::detail::bit_cast<std::uint32_t>(dec(static_cast<std::uint16_t>(b))) ==
+            trainkit::detail::bit_cast<std::uint32_t>(f));
+    REQUIRE(enc(f) == b);
+  }
+  // Floats in fp16's range (normal, subnormal, halfway cases) round like half(float) does.
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<std::uint32_t> bits(0, 0x477fe000u);
+  for (int k = 0; k < 200000; ++k) {
+    const std::uint32_t u = bits(gen) | (k % 2 ? 0x80000000u : 0u);
+    const float f = trainkit::detail::bit_cast<float>(u);
+    REQUIRE(enc(f) == trainkit::half(f).bits());
+  }
+  for (std::uint32_t h = 0; h < 0x7bff; ++h) {  // the exact midpoints between neighbouring halves
+    const double mid = (static_cast<double>(static_cast<float>(trainkit::half::from_bits(static_cast<std::uint16_t>(h)))) +
+                        static_cast<double>(static_cast<float>(trainkit::half::from_bits(static_cast<std::uint16_t>(h + 1))))) / 2;
+    const auto f = static_cast<float>(mid);
+    REQUIRE(enc(f) == trainkit::half(f).bits());
+  }
+}
+
+TEST_CASE("compression: int8_block error is at most half a step of its block's scale", "[dist][compression]") {
+  constexpr index_t B = 64;
+  using C = dist::int8_block<B>;
+  auto x = random_values(B * 20, 2);
+  for (index_t i = 0; i < B; ++i) x[static_cast<std::size_t>(i)] *= 1000.0f;  // blocks of very different ranges
+  for (index_t i = B; i < 2 * B; ++i) x[static_cast<std::size_t>(i)] = 0.0f;  // an all-zero block
+  const auto y = round_trip<C>(x);
+  for (index_t b = 0; b < 20; ++b) {
+    const float scale = absmax(x.data() + b * B, B) / 127.0f;
+    for (index_t i = b * B; i < (b + 1) * B; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      REQUIRE(std::fabs(y[k] - x[k]) <= scale * 0.5f * (1 + 1e-5f) + 1e-30f);
+    }
+  }
+  for (index_t i = B; i < 2 * B; ++i) REQUIRE(y[static_cast<std::size_t>(i)] == 0.0f);
+  // The block's max round-trips to itself (symmetric, 127 levels).
+  const index_t imax = std::distance(x.begin(), std::max_element(x.begin(), x.begin() + B, [](float a, float b) {
+                                       return std::fabs(a) < std::fabs(b);
+                                     }));
+  CHECK(y[static_cast<std::size_t>(imax)] == Approx(x[static_cast<std::size_t>(imax)]).epsilon(1e-6));
+  STATIC_REQUIRE(C::wire_bytes(B * 20) == 20 * (B + 4));
+}
+
+TEST_CASE("compression: sign_1bit sends sign(x) * mean|x| of the block", "[dist][compression]") {
+  constexpr index_t B = 32;
+  using C = dist::sign_1bit_block<B>;
+  const auto x = random_values(B * 7, 3);
+  const auto y = round_trip<C>(x);
+  for (index_t b = 0; b < 7; ++b) {
+    double s = 0;
+    for (index_t i = b * B; i < (b + 1) * B; ++i) s += std::fabs(x[static_cast<std::size_t>(i)]);
+    const auto mean = static_cast<float>(s / B);
+    for (index_t i = b * B; i < (b + 1) * B; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      REQUIRE(y[k] == Approx(x[k] >= 0 ? mean : -mean).epsilon(1e-6));  // the mean is summed in float
+      if (k % B) REQUIRE(y[k] == (x[k] >= 0 ? 1 : -1) * std::fabs(y[k - k % B]));  // one scale per block
+    }
+  }
+  STATIC_REQUIRE(C::wire_bytes(B * 7) == 7 * (B / 8 + 4));
+}
+
+TEST_CASE("compression: a non-finite block decodes to NaN and leaves no residual", "[dist][compression]") {
+  constexpr index_t B = 16;
+  std::vector<float> x(2 * B, 1.0f);
+  x[3] = std::numeric_limits<float>::infinity();
+  std::vector<float> residual(2 * B, 0.0f), sent(2 * B);
+  std::vector<std::uint8_t> wire(dist::int8_block<B>::wire_bytes(2 * B));
+  dist::encode_with_feedback<dist::int8_block<B>>(x.data(), 2 * B, residual.data(), wire.data(), sent.data());
+  for (index_t i = 0; i < B; ++i) REQUIRE(std::isnan(sent[static_cast<std::size_t>(i)]));  // the loss scaler sees it
+  for (index_t i = B; i < 2 * B; ++i) REQUIRE(sent[static_cast<std::size_t>(i)] == 1.0f);
+  for (float r : residual) REQUIRE(r == 0.0f);  // nothing poisons the next steps
+}
+
+TEMPLATE_TEST_CASE("compression: error feedback - what was sent sums to the true gradients minus the residual",
+                   "[dist][compression]", dist::fp16, dist::bf16, dist::int8_block<32>, dist::sign_1bit_block<32>) {
+  using C = TestType;
+  constexpr index_t n = 32 * 16;
+  constexpr int steps = 400;
+  std::vector<float> residual(n, 0.0f), sent(n);
+  std::vector<double> sum_sent(n, 0.0), sum_true(n, 0.0);
+  std::vector<std::uint8_t> wire(C::wire_bytes(n));
+  float max_residual = 0, max_grad = 0;
+  for (int k = 0; k < steps; ++k) {
+    // A gradient with a persistent mean (what training sees) plus noise.
+    auto g = random_values(n, 100 + static_cast<unsigned>(k), 0.5f);
+    for (index_t i = 0; i < n; ++i) g[static_cast<std::size_t>(i)] += 0.01f * static_cast<float>(i % 7 - 3);
+    dist::encode_with_feedback<C>(g.data(), n, residual.data(), wire.data(), sent.data());
+    for (index_t i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      sum_sent[j] += sent[j];
+      sum_true[j] += g[j];
+      max_grad = std::max(max_grad, std::fabs(g[j]));
+    }
+    // The telescoping identity: sum(sent) = sum(true) - residual, up to the float round-off of
+    // each step's residual.
+    for (index_t i = 0; i < n; ++i) {
+      const auto j = static_cast<std::size_t>(i);
+      REQUIRE(std::fabs(sum_sent[j] - (sum_true[j] - residual[j])) <= 1e-4 + 1e-6 * k);
+    }
+    max_residual = std::max(max_residual, absmax(residual.data(), n));
+  }
+  // The residual stays bounded (it does not grow with the number of steps) ...
+  CHECK(max_residual < 4.0f * max_grad);
+  // ... so the average of what was sent converges to the average of the true gradients.
+  for (index_t i = 0; i < n; ++i) {
+    const auto j = static_cast<std::size_t>(i);
+    REQUIRE(std::fabs(sum_sent[j] - sum_true[j]) / steps <= 4.0 * max_grad / steps);
+  }
+}
+
+TEMPLATE_TEST_CASE("compression: encode_residual = encode, decode and subtract", "[dist][compression]",
+                   dist::int8_block<32>, dist::int8_block<100>, dist::sign_1bit_block<64>) {
+  using C = TestType;
+  constexpr index_t n = 1600;  // whole blocks of each B
+  auto x = random_values(n, 9, 2.0f);
+  std::fill(x.begin() + 200, x.begin() + 300, 0.0f);       // zero blocks
+  x[450] = std::numeric_limits<float>::infinity();          // a non-finite block
+  std::vector<std::uint8_t> w1(C::wire_bytes(n)), w2(C::wire_bytes(n));
+  std::vector<float> sent(n), r1(n), r2(n);
+  C::encode(x.data(), n, w1.data());
+  C::decode(w1.data(), n, sent.data());
+  for (index_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    r1[k] = dist::detail::compress_residual_fn{}(x[k], sent[k]);
+  }
+  C::encode_residual(x.data(), n, w2.data(), r2.data());
+  REQUIRE(w1 == w2);
+  for (index_t i = 0; i < n; ++i) {
+    const auto k = static_cast<std::size_t>(i);
+    REQUIRE(trainkit::detail::bit_cast<std::uint32_t>(r1[k]) == trainkit::detail::bit_cast<std::uint32_t>(r2[k]));
+  }
+}
+
+TEST_CASE("compression: state() and load_state() restore the residuals", "[dist][compression]") {
+  dist::int8 c;
+  std::fill_n(c.feedback().worker(0, 5), 5, 0.25f);
+  std::fill_n(c.feedback().server(2, 3), 3, -1.0f);
+  const auto s = c.state();
+  REQUIRE(s.size() == 2);
+  CHECK(s[0].first == "worker.0");
+  CHECK(s[1].first == "server.2");
+  dist::int8 d;
+  d.load_state(s);
+  CHECK(d.feedback().worker(0, 5)[4] == 0.25f);
+  CHECK(d.feedback().server(2, 3)[0] == -1.0f);
+  dist::compression_state bad = {{"weights.0", trainkit::tensor<float>::zeros({2})}};
+  CHECK_THROWS_WITH(d.load_state(bad), Catch::Contains("weights.0"));
+  CHECK(dist::none{}.state().empty());
+}
+
+namespace {
+
+// Rank r's input of the allreduce tests: distinct per rank, with a few large blocks.
+std::vector<float> rank_input(index_t n, int r) {
+  auto v = random_values(n, 7 + static_cast<unsigned>(r), 1.0f + static_cast<float>(r));
+  return v;
+}
+
+template <class C>
+void check_allreduce(int world, index_t n, dist::reduce_op op, double rel_tol) {
+  std::vector<std::vector<float>> results(static_cast<std::size_t>(world));
+  dist::thread_group::run(world, [&](dist::thread_group& comm) {
+    auto x = rank_input(n, comm.rank());
+    C c;
+    dist::compress_workspace ws;
+    dist::compressed_allreduce(comm, c, x.data(), n, 0, op, &ws);
+    results[static_cast<std::size_t>(comm.rank())] = x;
+  });
+  std::vector<double> exact(static_cast<std::size_t>(n), 0.0);
+  double amax = 0;
+  for (int r = 0; r < world; ++r) {
+    const auto x = rank_input(n, r);
+    for (index_t i = 0; i < n; ++i) {
+      exact[static_cast<std::size_t>(i)] += x[static_cast<std::size_t>(i)];
+      amax = std::max(amax, static_cast<double>(std::fabs(x[static_cast<std::size_t>(i)])));
+    }
+  }
+  const double div = op == dist::reduce_op::avg ? world : 1;
+  for (auto& e : exact) e /= div;
+  for (int r = 0; r < world; ++r) {
+    const auto& y = results[static_cast<std::size_t>(r)];
+    REQUIRE(static_cast<index_t>(y.size()) == n);
+    for (index_t i = 0; i < n; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      // Every rank ends with the same values, bit for bit.
+      REQUIRE(y[k] == results[0][k]);
+      if (world == 1) {
+        REQUIRE(y[k] == static_cast<float>(exact[k]));
+      } else {
+        REQUIRE(std::fabs(y[k] - exact[k]) <= rel_tol * amax * world / div + 1e-6);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compressed_allreduce: any length and world size, every policy", "[dist][compression][allreduce]") {
+  for (int world : {1, 2, 3, 4}) {
+    for (index_t n : {index_t(0), index_t(1), index_t(7), index_t(130), index_t(1000), index_t(4099)}) {
+      INFO("world " << world << ", n " << n);
+      for (auto op : {dist::reduce_op::sum, dist::reduce_op::avg}) {
+        check_allreduce<dist::none>(world, n, op, 1e-6);
+        check_allreduce<dist::fp16>(world, n, op, 2 * 0x1p-11);
+        check_allreduce<dist::bf16>(world, n, op, 2 * 0x1p-8);
+        // Quantization on each rank (half a step of 1/127) plus once more on the sum.
+        check_allreduce<dist::int8_block<64>>(world, n, op, 2.0 / 254 + 1e-6);
+      }
+    }
+  }
+}
+
+TEST_CASE("compressed_allreduce: int8 stays right when the sum overflows int8", "[dist][compression][allreduce]") {
+  // Every rank sends values whose codes are all 127 or close: a sum in int8 would wrap.
+  constexpr int world = 4;
+  constexpr index_t n = 1000;
+  std::vector<std::vector<float>> out(world);
+  dist::thread_group::run(world, [&](dist::thread_group& comm) {
+    std::vector<float> x(n);
+    for (index_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = 100.0f - 0.001f * static_cast<float>(i % 10);
+    dist::int8_block<128> c;
+    dist::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::sum);
+    out[static_cast<std::size_t>(comm.rank())] = x;
+  });
+  for (const auto& y : out)
+    for (index_t i = 0; i < n; ++i) {
+      const float expect = 4 * (100.0f - 0.001f * static_cast<float>(i % 10));
+      REQUIRE(y[static_cast<std::size_t>(i)] == Approx(expect).epsilon(2.0 / 254));
+    }
+  // fp16: the average of values near fp16's maximum whose sum is far beyond it.
+  dist::thread_group::run(world, [&](dist::thread_group& comm) {
+    std::vector<float> x(n, 60000.0f + 100.0f * static_cast<float>(comm.rank()));
+    dist::fp16 c;
+    dist::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::avg);
+    out[static_cast<std::size_t>(comm.rank())] = x;
+  });
+  for (const auto& y : out)
+    for (float v : y) REQUIRE(v == Approx(60150.0f).epsilon(1e-3));
+}
+
+TEST_CASE("compressed_allreduce: 1-bit with error feedback converges to the average", "[dist][compression][allreduce]") {
+  // The same gradients every step: one 1-bit step is off by about mean|x| per element, but the
+  // residuals stay bounded, so the mean of what arrives approaches the true average like 1/steps.
+  constexpr int world = 3;
+  constexpr index_t n = 1000;
+  std::vector<double> exact(n, 0.0);
+  for (int r = 0; r < world; ++r) {
+    const auto x = rank_input(n, r);
+    for (index_t i = 0; i < n; ++i) exact[static_cast<std::size_t>(i)] += x[static_cast<std::size_t>(i)] / world;
+  }
+  std::vector<std::vector<double>> worst(world);
+  std::vector<std::size_t> state_entries(world);
+  dist::thread_group::run(world, [&](dist::thread_group& comm) {
+    const auto me = static_cast<std::size_t>(comm.rank());
+    const auto g = rank_input(n, comm.rank());
+    std::vector<double> acc(n, 0.0);
+    dist::sign_1bit_block<64> c;
+    dist::compress_workspace ws;
+    auto worst_error = [&](int steps) {
+      double worst = 0;
+      for (index_t i = 0; i < n; ++i) {
+        const auto k = static_cast<std::size_t>(i);
+        worst = std::max(worst, std::fabs(acc[k] / steps - exact[k]));
+      }
+      return worst;
+    };
+    for (int k = 1; k <= 1024; ++k) {
+      auto x = g;
+      dist::compressed_allreduce(comm, c, x.data(), n, 5, dist::reduce_op::avg, &ws);
+      for (index_t i = 0; i < n; ++i) acc[static_cast<std::size_t>(i)] += x[static_cast<std::size_t>(i)];
+      if (k == 1 || k == 256 || k == 1024) worst[me].push_back(worst_error(k));
+    }
+    state_entries[me] = c.state().size();
+  });
+  for (int r = 0; r < world; ++r) {
+    const auto& w = worst[static_cast<std::size_t>(r)];
+    REQUIRE(w.size() == 3);
+    CHECK(w[0] > 1.0);
+    CHECK(w[2] < 0.6 * w[1]);  // ~1/steps once the residuals have settled
+    CHECK(w[2] < 0.25);
+    CHECK(state_entries[static_cast<std::size_t>(r)] == 2);  // worker.5 and server.5
+  }
+}
+
+TEST_CASE("compressed_allreduce: bytes on the wire, counted", "[dist][compression][allreduce]") {
+  constexpr int world = 4;
+  constexpr index_t n = (index_t(1) << 20) + 7;  // not a multiple of the world size or a block
+  std::vector<std::uint64_t> fp32(world), i8(world), s1(world), h16(world);
+  dist::thread_group::run(world, [&](dist::thread_group& comm) {
+    auto x = rank_input(n, comm.rank());
+    const auto r = static_cast<std::size_t>(comm.rank());
+    dist::none a;
+    dist::int8 b;
+    dist::sign_1bit c;
+    dist::fp16 d;
+    dist::compress_workspace ws;
+    dist::compressed_allreduce(comm, a, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    dist::compressed_allreduce(comm, b, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    dist::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    dist::compressed_allreduce(comm, d, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    fp32[r] = a.bytes_sent();
+    i8[r] = b.bytes_sent();
+    s1[r] = c.bytes_sent();
+    h16[r] = d.bytes_sent();
+  });
+  // fp32's ring allreduce: 2 (W-1) chunks of ceil(n / W) floats.
+  CHECK(fp32[0] == 2ull * (world - 1) * ((n + world - 1) / world) * 4);
+  for (int r = 0; r < world; ++r) {
+    INFO("rank " << r << ": int8 " << i8[r] << ", 1-bit " << s1[r] << ", fp16 " << h16[r] << ", fp32 " << fp32[r]);
+    CHECK(static_cast<double>(i8[r]) <= 0.27 * static_cast<double>(fp32[r]));
+    CHECK(static_cast<double>(s1[r]) <= 0.04 * static_cast<double>(fp32[r]));
+    CHECK(static_cast<double>(h16[r]) <= 0.501 * static_cast<double>(fp32[r]));
+  }
+}
+
+TEST_CASE("compressed_allreduce: only sum and avg", "[dist][compression][allreduce]") {
+  bool threw = false;
+  dist::thread_group::run(1, [&](dist::thread_group& comm) {
+    float x = 1;
+    dist::int8 c;
+    try {
+      dist::compressed_allreduce(comm, c, &x, 1, 0, dist::reduce_op::max);
+    } catch (const trainkit::value_error&) {
+      threw = true;
+    }
+  });
+  CHECK(threw);
+}
