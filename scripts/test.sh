@@ -84,7 +84,7 @@ if suite main "$repo_root/build-test" -- \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2" \
     -DTRAINKIT_WERROR=ON \
-    -DTRAINKIT_SANITIZE=OFF \
+    -DTRAINKIT_SANITIZE=OFF "-DTRAINKIT_CUDA=$({ command -v nvcc || ls /usr/local/cuda/bin/nvcc; } >/dev/null 2>&1 && echo ON || echo OFF)" \
     -DTRAINKIT_BUILD_TESTS=ON \
     -DTRAINKIT_BUILD_EXAMPLES=ON \
     -DTRAINKIT_BUILD_BENCHMARKS=ON; then

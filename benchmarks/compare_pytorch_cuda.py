@@ -1,0 +1,201 @@
+#!/usr/bin/env python3
+"""The work of bench_cuda_bandwidth and bench_cuda_train_step, timed in PyTorch eager on the GPU.
+
+    python3 benchmarks/compare_pytorch_cuda.py [--steps 50] [--warmup 10] [--iters 20] [--mib 256]
+    python3 benchmarks/compare_pytorch_cuda.py --compare trainkit.jsonl pytorch.jsonl   # ratios
+
+Prints one JSON object per line with the keys the trainkit benchmarks print ("bench", "ms", ...,
+"framework": "pytorch"), so that --compare can pair them: a training step passes when trainkit's
+time is at most 1.0x PyTorch's; an elementwise or reduction kernel when it reaches 80 % of the
+peak bandwidth given by --peak-gbps (4800 GB/s, the H200's).
+
+The models match benchmarks/cuda_train_step.cu: the 4 x Linear(4096, 4096) MLP (batch 1024, 4096
+classes) under torch.autocast(bfloat16) with fp32 weights, and held in bfloat16; the Fashion-MNIST
+CNN (batch 128) in strict fp32 and with TF32. SGD with momentum 0.9 (PyTorch's default foreach
+implementation), no loss read per step, CUDA events around the timed steps.
+"""
+import argparse
+import json
+import sys
+
+
+def time_ms(fn, warmup, iters):
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record()
+    stop.synchronize()
+    return start.elapsed_time(stop) / iters
+
+
+def emit(obj):
+    obj["framework"] = "pytorch"
+    print(json.dumps(obj), flush=True)
+
+
+def bandwidth(args):
+    import torch
+
+    n = int(args.mib * (1 << 20) // 4)
+    nbytes = n * 4
+    a = torch.full((n,), 1.5, device="cuda")
+    b = torch.full((n,), 0.25, device="cuda")
+    out = torch.empty(n, device="cuda")
+    a2 = a.view(-1, 4096)
+    box = {}
+
+    def set_out(v):
+        box["out"] = v
+
+    cases = [
+        ("cudaMemcpy_d2d", 2 * nbytes, lambda: out.copy_(a)),
+        ("copy_", 2 * nbytes, lambda: out.copy_(a)),
+        ("fill_", nbytes, lambda: out.fill_(3.0)),
+        ("mul_scalar_inplace", 2 * nbytes, lambda: out.mul_(1.0001)),
+        ("add(a,b)", 3 * nbytes, lambda: set_out(a + b)),
+        ("exp(a)", 2 * nbytes, lambda: set_out(torch.exp(a))),
+        ("gelu(a)", 2 * nbytes, lambda: set_out(torch.nn.functional.gelu(a))),
+        ("add_(out,a,alpha)", 3 * nbytes, lambda: out.add_(a, alpha=0.5)),
+        ("cast_bf16", int(1.5 * nbytes), lambda: set_out(a.to(torch.bfloat16))),
+        ("sum_all", nbytes, lambda: set_out(a.sum())),
+        ("amax_all", nbytes, lambda: set_out(a.amax())),
+        ("sum_rows[.,4096]", nbytes, lambda: set_out(a2.sum(1))),
+        ("sum_cols[.,4096]", nbytes, lambda: set_out(a2.sum(0))),
+        ("argmax_rows[.,4096]", nbytes, lambda: set_out(a2.argmax(1))),
+    ]
+    for name, nb, fn in cases:
+        ms = time_ms(fn, 3, args.iters)
+        gbps = nb / (ms * 1e-3) / 1e9
+        emit({"bench": name, "mib": args.mib, "ms": round(ms, 4), "gbps": round(gbps, 1),
+              "of_peak": round(gbps / args.peak_gbps, 3)})
+
+
+def train_steps(args):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    def mlp(dtype=torch.float32):
+        torch.manual_seed(1)
+        layers = []
+        for i in range(4):
+            layers.append(nn.Linear(4096, 4096))
+            if i < 3:
+                layers.append(nn.ReLU())
+        return nn.Sequential(*layers).cuda().to(dtype)
+
+    def cnn():
+        torch.manual_seed(1)
+        return nn.Sequential(
+            nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.2), nn.Linear(128, 10)).cuda()
+
+    def labels(n, classes):
+        return (torch.arange(n, device="cuda") * 7919) % classes
+
+    def run(name, model, x, y, autocast_dtype=None):
+        if args.only and args.only != name:
+            return
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step():
+            if autocast_dtype is not None:
+                with torch.autocast("cuda", dtype=autocast_dtype):
+                    logits = model(x)
+                loss = F.cross_entropy(logits.float(), y)
+            else:
+                loss = F.cross_entropy(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        torch.cuda.reset_peak_memory_stats()
+        ms = time_ms(step, args.warmup, args.steps)
+        emit({"bench": name, "batch": x.shape[0], "ms": round(ms, 4),
+              "samples_per_s": round(x.shape[0] / (ms * 1e-3), 1),
+              "peak_mib": round(torch.cuda.max_memory_allocated() / (1 << 20), 1)})
+
+    x = torch.randn(1024, 4096, device="cuda")
+    y = labels(1024, 4096)
+    run("mlp_bf16_amp", mlp(), x, y, autocast_dtype=torch.bfloat16)
+    run("mlp_bf16", mlp(torch.bfloat16), x.to(torch.bfloat16), y)
+    for tf32, name in ((False, "cnn_fp32"), (True, "cnn_tf32")):
+        torch.backends.cudnn.allow_tf32 = tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        xc = torch.randn(128, 1, 28, 28, device="cuda")
+        run(name, cnn(), xc, labels(128, 10))
+    torch.backends.cudnn.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
+def load(path):
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("{"):
+                obj = json.loads(line)
+                rows[obj["bench"]] = obj
+    return rows
+
+
+def compare(args):
+    tk, pt = load(args.compare[0]), load(args.compare[1])
+    ok = True
+    lines = ["| bench | trainkit | pytorch | ratio | target | |", "|---|---|---|---|---|---|"]
+    for name, r in tk.items():
+        p = pt.get(name)
+        if "gbps" in r:
+            passed = r["gbps"] >= 0.8 * args.peak_gbps or name == "cudaMemcpy_d2d"
+            ref = f"{p['gbps']:.0f} GB/s" if p else "-"
+            lines.append(f"| {name} | {r['gbps']:.0f} GB/s ({100 * r['gbps'] / args.peak_gbps:.0f} %) | {ref} | "
+                         f"{(r['gbps'] / p['gbps']) if p else float('nan'):.2f}x | >= 80 % of {args.peak_gbps:.0f} | "
+                         f"{'ok' if passed else 'BELOW'} |")
+        else:
+            ratio = r["ms"] / p["ms"] if p else float("nan")
+            passed = p is not None and ratio <= 1.0
+            ref = f"{p['ms']:.3f} ms" if p else "-"
+            lines.append(f"| {name} | {r['ms']:.3f} ms | {ref} | {ratio:.2f}x | <= 1.0x | {'ok' if passed else 'SLOWER'} |")
+        ok = ok and passed
+    print("\n".join(lines))
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--mib", type=float, default=256)
+    ap.add_argument("--peak-gbps", type=float, default=4800)
+    ap.add_argument("--only", default=None, help="one training-step benchmark by name")
+    ap.add_argument("--skip-bandwidth", action="store_true")
+    ap.add_argument("--skip-steps", action="store_true")
+    ap.add_argument("--compare", nargs=2, metavar=("TRAINKIT_JSONL", "PYTORCH_JSONL"))
+    args = ap.parse_args()
+    if args.compare:
+        return compare(args)
+    try:
+        import torch
+    except ImportError:
+        print("SKIPPED: PyTorch is not installed", file=sys.stderr)
+        return 77
+    if not torch.cuda.is_available():
+        print("SKIPPED: no CUDA device for PyTorch", file=sys.stderr)
+        return 77
+    if not args.skip_bandwidth:
+        bandwidth(args)
+    if not args.skip_steps:
+        train_steps(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

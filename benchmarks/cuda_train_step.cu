@@ -1,0 +1,162 @@
+// cuda_train_step.cu - whole training steps on the GPU (forward, cross entropy, backward, SGD with
+// momentum), the same work benchmarks/compare_pytorch_cuda.py times in PyTorch eager:
+//   mlp_bf16_amp    4 x Linear(4096, 4096) with ReLU between, batch 1024, 4096 classes; fp32 master
+//                   weights, GEMMs in bfloat16 (amp::mixed_bf16 - torch.autocast(bfloat16))
+//   mlp_bf16        the same model held in bfloat16 (model.to(torch.bfloat16))
+//   cnn_fp32        the Fashion-MNIST CNN of examples/fashion_mnist_cnn.cu, batch 128, strict fp32
+//   cnn_tf32        the same with TF32 convolutions and GEMMs (PyTorch's default for convolutions)
+//
+//   build/benchmarks/bench_cuda_train_step [--steps 50] [--warmup 10] [--only name]
+//
+// Steps are issued back to back (the loss is not read per step); the time is the mean per step
+// between CUDA events. One JSON line per benchmark. Exit code 77 without a CUDA device.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+
+#include <trainkit/cuda.hpp>
+
+namespace tk = trainkit;
+namespace nn = trainkit::nn;
+using tk::cuda;
+using tk::index_t;
+
+namespace {
+
+int flag(int argc, char** argv, const char* name, int def) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
+  return def;
+}
+const char* str_flag(int argc, char** argv, const char* name) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
+  return nullptr;
+}
+
+template <class T>
+tk::tensor<T, cuda> random_input(tk::shape s, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<T> v(static_cast<std::size_t>(tk::numel(s)));
+  for (auto& x : v) x = static_cast<T>(nd(rng));
+  return tk::tensor<T>::from_vector(v, s).template to<cuda>();
+}
+tk::tensor<std::int64_t, cuda> random_labels(index_t n, index_t classes) {
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) v[std::size_t(i)] = (i * 7919) % classes;
+  return tk::tensor<std::int64_t>::from_vector(v).to<cuda>();
+}
+
+/// Mean ms per step of `step` after `warmup` untimed ones.
+double time_steps(int warmup, int steps, const std::function<void()>& step) {
+  for (int i = 0; i < warmup; ++i) step();
+  tk::gpu::synchronize();
+  tk::gpu::event start(true), stop(true);
+  start.record();
+  for (int i = 0; i < steps; ++i) step();
+  stop.record();
+  stop.synchronize();
+  return double(tk::gpu::event::elapsed_ms(start, stop)) / steps;
+}
+
+void report(const char* name, index_t batch, double ms) {
+  const auto mem = tk::allocator<cuda>::stats();
+  std::printf("{\"bench\": \"%s\", \"framework\": \"trainkit\", \"batch\": %lld, \"ms\": %.4f, \"samples_per_s\": %.1f, "
+              "\"peak_mib\": %.1f}\n",
+              name, (long long)batch, ms, double(batch) / (ms * 1e-3), double(mem.peak) / double(1 << 20));
+  std::fflush(stdout);
+}
+
+template <class T>
+auto make_mlp() {
+  tk::manual_seed(1);
+  return nn::make_sequential(
+      std::make_shared<nn::linear<T, cuda>>(4096, 4096), std::make_shared<nn::relu<T, cuda>>(),
+      std::make_shared<nn::linear<T, cuda>>(4096, 4096), std::make_shared<nn::relu<T, cuda>>(),
+      std::make_shared<nn::linear<T, cuda>>(4096, 4096), std::make_shared<nn::relu<T, cuda>>(),
+      std::make_shared<nn::linear<T, cuda>>(4096, 4096));
+}
+
+auto make_cnn() {
+  tk::manual_seed(1);
+  return nn::make_sequential(
+      std::make_shared<nn::conv2d<float, cuda>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
+      std::make_shared<nn::batch_norm2d<float, cuda>>(32), std::make_shared<nn::relu<float, cuda>>(),
+      std::make_shared<nn::max_pool2d<float, cuda>>(nn::pool2d_options{.kernel = {2, 2}}),
+      std::make_shared<nn::conv2d<float, cuda>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
+      std::make_shared<nn::batch_norm2d<float, cuda>>(64), std::make_shared<nn::relu<float, cuda>>(),
+      std::make_shared<nn::max_pool2d<float, cuda>>(nn::pool2d_options{.kernel = {2, 2}}),
+      std::make_shared<nn::flatten<float, cuda>>(), std::make_shared<nn::linear<float, cuda>>(64 * 7 * 7, 128),
+      std::make_shared<nn::relu<float, cuda>>(), std::make_shared<nn::dropout<float, cuda>>(0.2),
+      std::make_shared<nn::linear<float, cuda>>(128, 10));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (!tk::gpu::available()) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  const int steps = flag(argc, argv, "--steps", 50), warmup = flag(argc, argv, "--warmup", 10);
+  const char* only = str_flag(argc, argv, "--only");
+  auto wanted = [&](const char* name) { return only == nullptr || std::strcmp(only, name) == 0; };
+  const index_t mlp_batch = 1024, cnn_batch = 128;
+
+  if (wanted("mlp_bf16_amp")) {
+    auto model = make_mlp<float>();
+    const auto x = random_input<float>({mlp_batch, 4096}, 7);
+    const auto y = random_labels(mlp_batch, 4096);
+    tk::optim::sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    tk::allocator<cuda>::reset_peak();
+    const double ms = time_steps(warmup, steps, [&] {
+      auto logits = tk::amp::forward<tk::amp::mixed_bf16>(*model, tk::var<float, cuda>(x));
+      auto loss = tk::autograd::cross_entropy(logits, y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    });
+    report("mlp_bf16_amp", mlp_batch, ms);
+  }
+  if (wanted("mlp_bf16")) {
+    auto model = make_mlp<tk::bfloat16>();
+    const auto x = random_input<tk::bfloat16>({mlp_batch, 4096}, 7);
+    const auto y = random_labels(mlp_batch, 4096);
+    tk::optim::sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    tk::allocator<cuda>::reset_peak();
+    const double ms = time_steps(warmup, steps, [&] {
+      auto loss = tk::autograd::cross_entropy((*model)(tk::var<tk::bfloat16, cuda>(x)), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    });
+    report("mlp_bf16", mlp_batch, ms);
+  }
+  for (bool tf32 : {false, true}) {
+    const char* name = tf32 ? "cnn_tf32" : "cnn_fp32";
+    if (!wanted(name)) continue;
+    tk::gpu::settings().allow_tf32 = tf32;
+    auto model = make_cnn();
+    const auto x = random_input<float>({cnn_batch, 1, 28, 28}, 7);
+    const auto y = random_labels(cnn_batch, 10);
+    tk::optim::sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    tk::allocator<cuda>::reset_peak();
+    const double ms = time_steps(warmup, steps, [&] {
+      auto loss = tk::autograd::cross_entropy((*model)(tk::var<float, cuda>(x)), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    });
+    report(name, cnn_batch, ms);
+  }
+  tk::gpu::settings().allow_tf32 = false;
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_cuda_train_step: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,188 @@
+// trainkit/backend/cuda/compress.cuh - the gradient-compression codecs of dist/compression.hpp on
+// device buffers: the same wire format and the same TRAINKIT_HD functors
+// (dist/detail/compress_kernels.hpp), so a GPU encodes exactly the bytes the host does.
+//
+//   gpu::compress_encode<C>(x, n, wire)   x: n device floats, wire: C::wire_bytes(n) device bytes
+//   gpu::compress_decode<C>(wire, n, y)
+// for C = dist::none, fp16, bf16, int8_block<B>, sign_1bit_block<B>; asynchronous on the current
+// stream. The 16-bit codecs run one thread per element; the block codecs one thread per block,
+// folding it in the host's order (the scale of a 1-bit block is a float sum whose rounding
+// depends on that order), so the bytes agree bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "trainkit/backend/cuda/launch.cuh"
+#include "trainkit/backend/cuda/stream.cuh"
+#include "trainkit/dist/compression.hpp"
+#include "trainkit/dist/detail/compress_kernels.hpp"
+
+namespace trainkit::backend::gpu {
+
+namespace detail {
+
+template <class Fn>
+__global__ void __launch_bounds__(block_threads) compress_encode16_kernel(const float* x, index_t n, std::uint8_t* w,
+                                                                          Fn fn) {
+  const index_t i = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (i >= n) return;
+  const std::uint16_t b = fn(x[i]);
+  w[2 * i] = static_cast<std::uint8_t>(b & 0xffu);  // little-endian bytes: a run may start at any byte
+  w[2 * i + 1] = static_cast<std::uint8_t>(b >> 8);
+}
+template <class Fn>
+__global__ void __launch_bounds__(block_threads) compress_decode16_kernel(const std::uint8_t* w, index_t n, float* y,
+                                                                          Fn fn) {
+  const index_t i = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (i >= n) return;
+  y[i] = fn(static_cast<std::uint16_t>(w[2 * i] | (unsigned(w[2 * i + 1]) << 8)));
+}
+
+__device__ __forceinline__ void store_scale(std::uint8_t* p, float s) {
+  const auto b = trainkit::detail::bit_cast<std::uint32_t>(s);
+  for (int k = 0; k < 4; ++k) p[k] = static_cast<std::uint8_t>(b >> (8 * k));
+}
+__device__ __forceinline__ float load_scale(const std::uint8_t* p) {
+  std::uint32_t b = 0;
+  for (int k = 0; k < 4; ++k) b |= std::uint32_t(p[k]) << (8 * k);
+  return trainkit::detail::bit_cast<float>(b);
+}
+
+template <int = 0>
+__global__ void __launch_bounds__(block_threads) compress_encode_int8_kernel(const float* x, index_t nb, index_t B,
+                                                                             std::uint8_t* w) {
+  namespace dd = ::trainkit::dist::detail;
+  const index_t b = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (b >= nb) return;
+  const float* xb = x + b * B;
+  std::uint8_t* ob = w + b * (4 + B);
+  std::int32_t m = 0;
+  for (index_t i = 0; i < B; ++i) {
+    const std::int32_t v = trainkit::detail::bit_cast<std::int32_t>(xb[i]) & 0x7fffffff;
+    m = v > m ? v : m;
+  }
+  const bool finite = m < 0x7f800000;
+  const float absmax = trainkit::detail::bit_cast<float>(m);
+  const float scale = dd::compress_int8_scale_fn{}(absmax, finite);
+  store_scale(ob, scale);
+  auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
+  if (scale > 0.0f) {
+    const dd::compress_int8_quantize_fn quant{127.0f / absmax};
+    for (index_t i = 0; i < B; ++i) q[i] = quant(xb[i]);
+  } else {
+    for (index_t i = 0; i < B; ++i) q[i] = 0;
+  }
+}
+template <int = 0>
+__global__ void __launch_bounds__(block_threads) compress_decode_int8_kernel(const std::uint8_t* w, index_t n,
+                                                                             index_t B, float* y) {
+  namespace dd = ::trainkit::dist::detail;
+  const index_t i = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (i >= n) return;
+  index_t b = i;
+  const index_t j = divmod(b, B);
+  const std::uint8_t* ib = w + b * (4 + B);
+  y[i] = dd::compress_int8_dequantize_fn{load_scale(ib)}(static_cast<std::int8_t>(ib[4 + j]));
+}
+
+template <int = 0>
+__global__ void __launch_bounds__(block_threads) compress_encode_sign_kernel(const float* x, index_t nb, index_t B,
+                                                                             std::uint8_t* w) {
+  namespace dd = ::trainkit::dist::detail;
+  const index_t b = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (b >= nb) return;
+  const float* xb = x + b * B;
+  std::uint8_t* ob = w + b * (4 + B / 8);
+  // The host's eight side-by-side partial sums, combined in its order.
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  index_t i = 0;
+  for (; i + 8 <= B; i += 8)
+    for (int j = 0; j < 8; ++j) s[j] += xb[i + j] < 0.0f ? -xb[i + j] : xb[i + j];
+  for (; i < B; ++i) s[0] += xb[i] < 0.0f ? -xb[i] : xb[i];
+  const float sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+  store_scale(ob, sum / static_cast<float>(B));
+  for (index_t k = 0; k < B / 8; ++k) {
+    unsigned byte = 0;
+    for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(dd::compress_sign_bit_fn{}(xb[8 * k + j])) << j;
+    ob[4 + k] = static_cast<std::uint8_t>(byte);
+  }
+}
+template <int = 0>
+__global__ void __launch_bounds__(block_threads) compress_decode_sign_kernel(const std::uint8_t* w, index_t n,
+                                                                             index_t B, float* y) {
+  namespace dd = ::trainkit::dist::detail;
+  const index_t i = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (i >= n) return;
+  index_t b = i;
+  const index_t j = divmod(b, B);
+  const std::uint8_t* ib = w + b * (4 + B / 8);
+  const int bit = (ib[4 + j / 8] >> (j % 8)) & 1;
+  y[i] = dd::compress_sign_decode_fn{load_scale(ib)}(bit);
+}
+
+template <class C>
+inline constexpr bool is_int8_block = false;
+template <index_t B>
+inline constexpr bool is_int8_block<dist::int8_block<B>> = true;
+template <class C>
+inline constexpr bool is_sign_block = false;
+template <index_t B>
+inline constexpr bool is_sign_block<dist::sign_1bit_block<B>> = true;
+
+}  // namespace detail
+
+/// Encodes n device floats into C's wire format in device memory (n a multiple of C::block).
+template <class C>
+void compress_encode(const float* x, index_t n, std::uint8_t* wire) {
+  namespace d = detail;
+  TRAINKIT_CHECK(n >= 0 && n % C::block == 0, value_error, "compress_encode<cuda>",
+                 C::name << ": n = " << n << " is not a multiple of the block " << C::block);
+  if (n == 0) return;
+  const cudaStream_t st = current_stream();
+  if constexpr (std::is_same_v<C, dist::none>) {
+    check(cudaMemcpyAsync(wire, x, std::size_t(n) * 4, cudaMemcpyDeviceToDevice, st), "cudaMemcpyAsync");
+  } else if constexpr (std::is_same_v<C, dist::fp16> || std::is_same_v<C, dist::bf16>) {
+    using Fn = std::conditional_t<std::is_same_v<C, dist::fp16>, dist::detail::compress_fp16_encode_fn,
+                                  dist::detail::compress_bf16_encode_fn>;
+    d::compress_encode16_kernel<<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(x, n, wire, Fn{});
+  } else if constexpr (d::is_int8_block<C>) {
+    const index_t nb = n / C::block;
+    d::compress_encode_int8_kernel<><<<d::grid_for(nb, d::block_threads), d::block_threads, 0, st>>>(x, nb, C::block,
+                                                                                                  wire);
+  } else {
+    static_assert(d::is_sign_block<C>, "compress_encode<cuda>: an unknown codec");
+    const index_t nb = n / C::block;
+    d::compress_encode_sign_kernel<><<<d::grid_for(nb, d::block_threads), d::block_threads, 0, st>>>(x, nb, C::block,
+                                                                                                  wire);
+  }
+  check_launch("compress_encode kernel");
+}
+
+/// Decodes C's wire format (device memory) into n device floats.
+template <class C>
+void compress_decode(const std::uint8_t* wire, index_t n, float* y) {
+  namespace d = detail;
+  TRAINKIT_CHECK(n >= 0 && n % C::block == 0, value_error, "compress_decode<cuda>",
+                 C::name << ": n = " << n << " is not a multiple of the block " << C::block);
+  if (n == 0) return;
+  const cudaStream_t st = current_stream();
+  if constexpr (std::is_same_v<C, dist::none>) {
+    check(cudaMemcpyAsync(y, wire, std::size_t(n) * 4, cudaMemcpyDeviceToDevice, st), "cudaMemcpyAsync");
+  } else if constexpr (std::is_same_v<C, dist::fp16> || std::is_same_v<C, dist::bf16>) {
+    using Fn = std::conditional_t<std::is_same_v<C, dist::fp16>, dist::detail::compress_fp16_decode_fn,
+                                  dist::detail::compress_bf16_decode_fn>;
+    d::compress_decode16_kernel<<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(wire, n, y, Fn{});
+  } else if constexpr (d::is_int8_block<C>) {
+    d::compress_decode_int8_kernel<><<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(wire, n, C::block, y);
+  } else {
+    static_assert(d::is_sign_block<C>, "compress_decode<cuda>: an unknown codec");
+    d::compress_decode_sign_kernel<><<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(wire, n, C::block, y);
+  }
+  check_launch("compress_decode kernel");
+}
+
+}  // namespace trainkit::backend::gpu

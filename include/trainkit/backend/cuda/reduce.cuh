@@ -1,0 +1,316 @@
+// trainkit/backend/cuda/reduce.cuh - reduce<cuda>::run: sum, mean, amax, argmax... on the GPU with
+// the reducer functors of core/reduce.hpp (init/step/merge/finish, all TRAINKIT_HD).
+//
+// The problem is seen as n_out outputs, each folding n_red elements (kept dims x reduced dims,
+// each group coalesced). Two kernels:
+//   row:    the innermost reduced dim is contiguous - a warp (short rows) or a block (long rows)
+//           folds each output, with 16-byte vector loads when the whole reduced space is one
+//           dense run; the group's partials meet in a shared-memory tree.
+//   column: otherwise - one thread per output walks its elements (adjacent threads read adjacent
+//           outputs, so the loads coalesce).
+// When there are too few outputs to fill the GPU, each output's k range is cut into contiguous
+// splits whose partials a third kernel merges in split order. Partials of one group interleave
+// in k, so merges of states that carry an index (argmax) are ordered by that index: ties and
+// NaNs resolve to the first occurrence, as on the host. The launch configuration depends only on
+// the shape, so results repeat bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <sstream>
+#include <type_traits>
+#include <vector>
+
+#include "trainkit/backend/cuda/allocator.cuh"
+#include "trainkit/backend/cuda/launch.cuh"
+#include "trainkit/backend/cuda/stream.cuh"
+#include "trainkit/backend/reduce.hpp"
+#include "trainkit/core/dtype.hpp"
+
+namespace trainkit::backend {
+
+namespace gpu::detail {
+
+template <class R, class A>
+__device__ __forceinline__ A ordered_merge(const R& r, const A& a, const A& b) {
+  if constexpr (requires { a.k; }) {
+    if (b.k >= 0 && (a.k < 0 || b.k < a.k)) return r.merge(b, a);
+  }
+  return r.merge(a, b);
+}
+
+struct reduce_params {
+  offset_calc<2> kept;  // strides[0]: input, strides[1]: output
+  offset_calc<1> red;   // the reduced dims and their input strides
+  index_t n_out = 0, n_red = 0;
+  index_t chunk = 0;    // elements of k per split
+  int splits = 1;
+};
+
+/// Input offset of reduced element k (row-major over the reduced dims).
+__device__ __forceinline__ index_t reduced_offset(const reduce_params& p, index_t k) {
+  if (p.red.dims == 1) return k * p.red.strides[0][0];
+  index_t off[1];
+  p.red.get(k, off);
+  return off[0];
+}
+
+template <class R, class Out, class A>
+__device__ __forceinline__ void reduce_store(const reduce_params& p, const R& r, Out* out, A* partial, index_t o,
+                                             index_t out_off, const A& a) {
+  if (p.splits == 1)
+    out[out_off] = r.template finish<Out>(a, p.n_red);
+  else
+    partial[index_t(blockIdx.y) * p.n_out + o] = a;
+}
+
+// G: threads per output (32: a warp, short rows; block_threads: long rows), a run-time value so
+// that each reducer and type compiles two row kernels, not four.
+template <bool Vec, class R, class In, class Out, class A>
+__global__ void __launch_bounds__(block_threads) reduce_row_kernel(reduce_params p, int G, R r, const In* in,
+                                                                  Out* out, A* partial) {
+  using C = compute_t<In>;
+  const int groups = block_threads / G;
+  __shared__ alignas(16) unsigned char smem_raw[block_threads * sizeof(A)];
+  A* smem = reinterpret_cast<A*>(smem_raw);
+  const int group = int(threadIdx.x) / G, lane = int(threadIdx.x) % G;
+  const index_t o = index_t(blockIdx.x) * groups + group;
+  A a = r.init();
+  index_t out_off = 0;
+  if (o < p.n_out) {
+    index_t offs[2];
+    p.kept.get(o, offs);
+    out_off = offs[1];
+    const In* base = in + offs[0];
+    const index_t k0 = index_t(blockIdx.y) * p.chunk;
+    const index_t k1 = k0 + p.chunk < p.n_red ? k0 + p.chunk : p.n_red;
+    if constexpr (Vec) {
+      constexpr int V = int(16 / sizeof(In));
+      using VT = vec<In, V>;
+      constexpr int U = 4;
+      index_t k = k0 + index_t(lane) * V;
+      // Four independent 16-byte loads in flight per thread, then fold them in k order.
+      for (; k + index_t(U - 1) * G * V + V <= k1; k += index_t(U) * G * V) {
+        VT x[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) x[u] = *reinterpret_cast<const VT*>(base + k + index_t(u) * G * V);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int j = 0; j < V; ++j) a = r.step(a, static_cast<C>(x[u].v[j]), k + index_t(u) * G * V + j);
+      }
+      for (; k + V <= k1; k += index_t(G) * V) {
+        const VT x = *reinterpret_cast<const VT*>(base + k);
+#pragma unroll
+        for (int j = 0; j < V; ++j) a = r.step(a, static_cast<C>(x.v[j]), k + j);
+      }
+      // The ragged end of the split: k1 - k0 is a multiple of G*V except in the last split.
+      const index_t vec_end = k0 + (k1 - k0) / V * V;
+      for (index_t t = vec_end + lane; t < k1; t += G) a = r.step(a, static_cast<C>(base[t]), t);
+    } else {
+      for (index_t k = k0 + lane; k < k1; k += G) a = r.step(a, static_cast<C>(base[reduced_offset(p, k)]), k);
+    }
+  }
+  smem[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = G / 2; s > 0; s >>= 1) {
+    if (lane < s) smem[threadIdx.x] = ordered_merge(r, smem[threadIdx.x], smem[threadIdx.x + s]);
+    __syncthreads();
+  }
+  if (lane == 0 && o < p.n_out) reduce_store(p, r, out, partial, o, out_off, smem[threadIdx.x]);
+}
+
+template <class R, class In, class Out, class A>
+__global__ void __launch_bounds__(block_threads) reduce_column_kernel(reduce_params p, R r, const In* in, Out* out,
+                                                                     A* partial) {
+  using C = compute_t<In>;
+  const index_t o = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (o >= p.n_out) return;
+  index_t offs[2];
+  p.kept.get(o, offs);
+  const In* base = in + offs[0];
+  const index_t k0 = index_t(blockIdx.y) * p.chunk;
+  const index_t k1 = k0 + p.chunk < p.n_red ? k0 + p.chunk : p.n_red;
+  A a = r.init();
+  if (k0 < k1) {
+    // An odometer over the reduced dims: one decomposition, then carries.
+    const int nd = p.red.dims;
+    index_t idx[max_dims];
+    index_t rem = k0, off = 0;
+    for (int d = nd - 1; d >= 0; --d) {
+      idx[d] = d > 0 ? divmod(rem, p.red.sizes[d]) : rem;
+      off += idx[d] * p.red.strides[0][d];
+    }
+    for (index_t k = k0; k < k1; ++k) {
+      a = r.step(a, static_cast<C>(base[off]), k);
+      for (int d = nd - 1; d >= 0; --d) {
+        off += p.red.strides[0][d];
+        if (++idx[d] < p.red.sizes[d] || d == 0) break;
+        off -= idx[d] * p.red.strides[0][d];
+        idx[d] = 0;
+      }
+    }
+  }
+  reduce_store(p, r, out, partial, o, offs[1], a);
+}
+
+template <class R, class Out, class A>
+__global__ void __launch_bounds__(block_threads) reduce_finish_kernel(reduce_params p, R r, Out* out,
+                                                                     const A* partial) {
+  const index_t o = index_t(blockIdx.x) * block_threads + threadIdx.x;
+  if (o >= p.n_out) return;
+  index_t offs[2];
+  p.kept.get(o, offs);
+  A a = partial[o];
+  for (int s = 1; s < p.splits; ++s) a = ordered_merge(r, a, partial[index_t(s) * p.n_out + o]);
+  out[offs[1]] = r.template finish<Out>(a, p.n_red);
+}
+
+// Merges adjacent dims of one group (kept or reduced) that walk memory as one.
+inline void coalesce_group(shape& sz, std::vector<shape*> strides) {
+  shape ns;
+  std::vector<shape> nst(strides.size());
+  for (std::size_t i = 0; i < sz.size(); ++i) {
+    if (sz[i] == 1) continue;
+    bool merge = !ns.empty();
+    for (std::size_t k = 0; merge && k < strides.size(); ++k) merge = nst[k].back() == (*strides[k])[i] * sz[i];
+    if (merge) {
+      ns.back() *= sz[i];
+      for (std::size_t k = 0; k < strides.size(); ++k) nst[k].back() = (*strides[k])[i];
+    } else {
+      ns.push_back(sz[i]);
+      for (std::size_t k = 0; k < strides.size(); ++k) nst[k].push_back((*strides[k])[i]);
+    }
+  }
+  sz = std::move(ns);
+  for (std::size_t k = 0; k < strides.size(); ++k) *strides[k] = std::move(nst[k]);
+}
+
+inline std::string reduce_context(const shape& sizes) {
+  std::ostringstream os;
+  os << "reduction over sizes " << to_string(sizes);
+  return os.str();
+}
+
+}  // namespace gpu::detail
+
+/// The CUDA model of the reduction (contract in backend/reduce.hpp); runs on the current stream.
+template <>
+struct reduce<cuda> {
+  template <class R, class In, class Out>
+  static void run(const shape& sizes, const std::vector<bool>& reduced, const In* in, const shape& in_strides,
+                  Out* out, const shape& out_strides, R r) {
+    namespace g = gpu::detail;
+    using A = decltype(r.init());
+    static_assert(std::is_trivially_copyable_v<A> && std::is_trivially_copyable_v<R>,
+                  "reduce<cuda>: reducer and state are copied to the device");
+    shape ksz, kin, kout, rsz, rin;
+    for (std::size_t d = 0; d < sizes.size(); ++d) {
+      if (reduced[d]) {
+        rsz.push_back(sizes[d]);
+        rin.push_back(in_strides[d]);
+      } else {
+        ksz.push_back(sizes[d]);
+        kin.push_back(in_strides[d]);
+        kout.push_back(out_strides[d]);
+      }
+    }
+    const index_t n_out = numel(ksz), n_red = numel(rsz);
+    if (n_out == 0) return;
+    g::coalesce_group(ksz, {&kin, &kout});
+    g::coalesce_group(rsz, {&rin});
+    TRAINKIT_CHECK(ksz.size() <= std::size_t(g::max_dims) && rsz.size() <= std::size_t(g::max_dims), shape_error,
+                   "reduce<cuda>", "more than " << g::max_dims << " kept or reduced dimensions after coalescing in "
+                                                << to_string(sizes));
+    if (ksz.empty()) {  // one output
+      ksz = {1};
+      kin = {0};
+      kout = {0};
+    }
+    if (rsz.empty()) {  // nothing (or one element) to fold per output
+      rsz = {1};
+      rin = {0};
+    }
+    g::reduce_params p;
+    p.kept = g::make_offset_calc<2>(ksz, {kin, kout});
+    p.red = g::make_offset_calc<1>(rsz, {rin});
+    p.n_out = n_out;
+    p.n_red = n_red;
+
+    const auto& info = gpu::current_device_info();
+    const index_t target_blocks = index_t(info.multiprocessors) * 8;
+    const cudaStream_t st = gpu::current_stream();
+    const bool row = n_red > 1 && rin.back() == 1;
+    constexpr int V = sizeof(In) <= 8 ? int(16 / sizeof(In)) : 1;
+    bool vec_ok = row && V > 1 && rsz.size() == 1 && g::aligned(in, 16);
+    for (std::size_t d = 0; vec_ok && d < kin.size(); ++d)
+      vec_ok = ksz[d] == 1 || (kin[d] * index_t(sizeof(In))) % 16 == 0;
+
+    if (row) {
+      const int G = n_red >= 2048 ? g::block_threads : 32;
+      const index_t groups = g::block_threads / G;
+      const index_t base_blocks = (n_out + groups - 1) / groups;
+      const index_t step = index_t(G) * (vec_ok ? V : 1);
+      int splits = 1;
+      if (base_blocks < target_blocks)
+        splits = int(std::clamp<index_t>(std::min((target_blocks + base_blocks - 1) / base_blocks, n_red / (step * 16)),
+                                         1, 65535));
+      launch_split(p, splits, step, [&](dim3 grid, A* partial) {
+        if constexpr (V > 1) {
+          if (vec_ok) {
+            g::reduce_row_kernel<true, R, In, Out, A><<<grid, g::block_threads, 0, st>>>(p, G, r, in, out, partial);
+            gpu::check_launch("reduce_row_kernel", g::reduce_context(sizes));
+            return;
+          }
+        }
+        g::reduce_row_kernel<false, R, In, Out, A><<<grid, g::block_threads, 0, st>>>(p, G, r, in, out, partial);
+        gpu::check_launch("reduce_row_kernel", g::reduce_context(sizes));
+      }, (n_out + groups - 1) / groups, r, out);
+    } else {
+      const index_t base_blocks = (n_out + g::block_threads - 1) / g::block_threads;
+      int splits = 1;
+      if (base_blocks < target_blocks && n_red > 64)
+        splits = int(std::clamp<index_t>(std::min((target_blocks + base_blocks - 1) / base_blocks, n_red / 32), 1, 65535));
+      launch_split(p, splits, 1, [&](dim3 grid, A* partial) {
+        g::reduce_column_kernel<R, In, Out, A><<<grid, g::block_threads, 0, st>>>(p, r, in, out, partial);
+        gpu::check_launch("reduce_column_kernel", g::reduce_context(sizes));
+      }, base_blocks, r, out);
+    }
+  }
+
+ private:
+  // Sets the split size, runs `launch(grid, partial)` and, with several splits, merges them.
+  template <class Launch, class R, class Out>
+  static void launch_split(gpu::detail::reduce_params& p, int splits, index_t step, Launch&& launch, index_t grid_x,
+                           const R& r, Out* out) {
+    namespace g = gpu::detail;
+    using A = decltype(r.init());
+    index_t chunk = (p.n_red + splits - 1) / std::max(splits, 1);
+    chunk = std::max<index_t>(step, (chunk + step - 1) / step * step);
+    p.chunk = chunk;
+    p.splits = int((p.n_red + chunk - 1) / chunk);
+    if (p.splits < 1) p.splits = 1;
+    const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(p.splits));
+    TRAINKIT_CHECK(grid_x <= index_t(0x7fffffff), shape_error, "reduce<cuda>",
+                   "too many outputs (" << p.n_out << ") for one launch");
+    if (p.splits == 1) {
+      launch(grid, static_cast<A*>(nullptr));
+      return;
+    }
+    const std::size_t bytes = std::size_t(p.splits) * std::size_t(p.n_out) * sizeof(A);
+    A* partial = static_cast<A*>(allocator<cuda>::allocate(bytes));
+    struct release {
+      void* q;
+      std::size_t b;
+      ~release() { allocator<cuda>::deallocate(q, b); }  // stream-ordered: later work on this stream reuses it
+    } guard{partial, bytes};
+    launch(grid, partial);
+    g::reduce_finish_kernel<R, Out, A><<<g::grid_for(p.n_out, g::block_threads), g::block_threads, 0,
+                                         gpu::current_stream()>>>(p, r, out, partial);
+    gpu::check_launch("reduce_finish_kernel");
+  }
+};
+
+}  // namespace trainkit::backend

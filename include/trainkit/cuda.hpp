@@ -1,0 +1,54 @@
+// trainkit/cuda.hpp - the CUDA backend: include it (after or instead of <trainkit/trainkit.hpp>)
+// from a .cu file compiled by nvcc, and link trainkit::cuda (CUDA runtime, cuBLAS/cuBLASLt, cuDNN,
+// NCCL). Everything of trainkit then works on tensor<T, cuda> and var<T, cuda>:
+//
+//   auto x = tensor<float>::from_vector(v, {n, 784}).to<cuda>();   // host -> device
+//   auto model = nn::make_sequential(std::make_shared<nn::linear<float, cuda>>(784, 10));
+//   auto loss = autograd::cross_entropy((*model)(var<float, cuda>(x)), labels_on_device);
+//   loss.backward();                                                 // kernels, cuBLASLt, cuDNN
+//
+// What it adds (one concept per header in backend/cuda/):
+//   error.cuh        TRAINKIT_CUDA_CHECK / gpu::check: every status -> runtime_failure
+//   stream.cuh       devices, gpu::stream, gpu::event, the current stream (gpu::stream_guard)
+//   settings.cuh     gpu::settings(): allow_tf32, deterministic, cudnn_benchmark, workspace limits
+//   allocator.cuh    allocator<cuda>: caching, stream-aware; stats(), empty_cache(), record_stream()
+//   transfer.cuh     host <-> device copies through pinned staging buffers; gpu::pinned_buffer
+//   elementwise.cuh  elementwise<cuda>: the strided N-ary kernel behind map/apply_/copy_/optimizers
+//   reduce.cuh       reduce<cuda>: sum/mean/amax/argmax/found_inf...
+//   blas.cuh         blas<cuda>: GEMM through cuBLASLt (fp32/TF32, fp16, bf16, fp64)
+//   convolution.cuh  convolution<cuda> through cuDNN; im2col<cuda>
+//   pool.cuh norm.cuh dropout.cuh gather.cuh   the other nn kernel families
+//   amp.cuh          half/bfloat16 GEMMs and convolutions natively for amp::mixed<...>
+//   compress.cuh     gradient-compression codecs on device buffers
+//   nccl.cuh         dist::nccl, the NCCL communicator
+#pragma once
+
+#if !defined(__CUDACC__)
+#error "<trainkit/cuda.hpp> is CUDA code: include it from a .cu file compiled by nvcc (CPU-only code needs only <trainkit/trainkit.hpp>)"
+#endif
+
+#include "trainkit/trainkit.hpp"
+
+#include "trainkit/backend/cuda/error.cuh"
+#include "trainkit/backend/cuda/stream.cuh"
+#include "trainkit/backend/cuda/settings.cuh"
+#include "trainkit/backend/cuda/allocator.cuh"
+#include "trainkit/backend/cuda/transfer.cuh"
+#include "trainkit/backend/cuda/launch.cuh"
+#include "trainkit/backend/cuda/elementwise.cuh"
+#include "trainkit/backend/cuda/reduce.cuh"
+#include "trainkit/backend/cuda/blas.cuh"
+#include "trainkit/backend/cuda/cudnn.cuh"
+#include "trainkit/backend/cuda/convolution.cuh"
+#include "trainkit/backend/cuda/pool.cuh"
+#include "trainkit/backend/cuda/norm.cuh"
+#include "trainkit/backend/cuda/dropout.cuh"
+#include "trainkit/backend/cuda/gather.cuh"
+#include "trainkit/backend/cuda/amp.cuh"
+#include "trainkit/backend/cuda/compress.cuh"
+#include "trainkit/backend/cuda/nccl.cuh"
+
+namespace trainkit {
+/// The CUDA backend's user-facing utilities (streams, events, settings, checks) under a short name.
+namespace gpu = backend::gpu;
+}  // namespace trainkit
