@@ -11,6 +11,8 @@
 #include "trainkit/optim/optim.hpp"
 #include "trainkit/amp/amp.hpp"
 #include "trainkit/checkpoint/checkpoint.hpp"
+#include "trainkit/io/io.hpp"
+#include "trainkit/monitor/monitor.hpp"
 
 namespace trainkit {
 using autograd::no_grad;

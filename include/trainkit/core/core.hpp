@@ -14,5 +14,6 @@
 #include "trainkit/core/linalg.hpp"
 #include "trainkit/core/philox.hpp"
 #include "trainkit/core/reduce.hpp"
+#include "trainkit/core/seed.hpp"
 #include "trainkit/core/shape.hpp"
 #include "trainkit/core/tensor.hpp"

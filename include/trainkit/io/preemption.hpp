@@ -1,0 +1,143 @@
+// trainkit/io/preemption.hpp - stopping cleanly when the machine is taken away: preemption_guard
+// turns SIGTERM/SIGINT into a flag the training loop reads at step boundaries, and
+// snapshot_timer says when a periodic snapshot is due (every N steps or M minutes).
+//
+//   io::preemption_guard guard;                         // SIGTERM, SIGINT -> requested()
+//   io::snapshot_timer timer({.every_steps = 500, .every_seconds = 600});
+//   for (...) {
+//     train_one_step();
+//     ++step;
+//     if (guard.requested() || timer.due(step)) { snaps.save(step, state.capture()); timer.saved(step); }
+//     if (guard.requested()) return 0;                  // exit cleanly; the scheduler restarts us
+//   }
+//
+// Under data parallelism a signal may reach the ranks at different steps: make the decision
+// collective (dist::any_rank(comm, guard.requested())) so that every rank stops at the same step.
+#pragma once
+
+#include <signal.h>  // sigaction (POSIX)
+
+#include <atomic>
+#include <chrono>
+#include <csignal>  // sig_atomic_t, SIGTERM, SIGINT
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "trainkit/core/error.hpp"
+
+namespace trainkit::io {
+
+namespace detail {
+// The handler may only touch lock-free atomics (async-signal-safe); one guard at a time owns them.
+inline std::atomic<int>& preemption_signal() {
+  static std::atomic<int> s{0};
+  return s;
+}
+inline std::atomic<bool>& preemption_guard_active() {
+  static std::atomic<bool> a{false};
+  return a;
+}
+static_assert(std::atomic<int>::is_always_lock_free, "preemption_guard needs a lock-free atomic<int>");
+inline void preemption_handler(int sig) noexcept {
+  preemption_signal().store(sig, std::memory_order_relaxed);
+}
+}  // namespace detail
+
+/// Installs handlers (sigaction) for the given signals - SIGTERM and SIGINT by default - that
+/// only record the signal; the loop polls requested() at step boundaries, snapshots and returns.
+/// The destructor restores the handlers that were there before. One guard may exist at a time
+/// (a second is a usage_error): signal dispositions are per process.
+class preemption_guard {
+ public:
+  explicit preemption_guard(std::initializer_list<int> signals = {SIGTERM, SIGINT}) {
+    bool expected = false;
+    TRAINKIT_CHECK(detail::preemption_guard_active().compare_exchange_strong(expected, true), usage_error,
+                   "preemption_guard", "another preemption_guard is active in this process");
+    detail::preemption_signal().store(0);
+    struct sigaction sa {};
+    sa.sa_handler = &detail::preemption_handler;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // a write() in progress continues instead of failing with EINTR
+    for (int s : signals) {
+      struct sigaction old {};
+      if (::sigaction(s, &sa, &old) != 0) {
+        restore();
+        detail::preemption_guard_active().store(false);
+        TRAINKIT_CHECK(false, usage_error, "preemption_guard", "cannot install a handler for signal " << s);
+      }
+      previous_.push_back({s, old});
+    }
+  }
+  preemption_guard(const preemption_guard&) = delete;
+  preemption_guard& operator=(const preemption_guard&) = delete;
+  ~preemption_guard() {
+    restore();
+    detail::preemption_guard_active().store(false);
+  }
+
+  /// Whether a handled signal has arrived since construction (or the last clear()).
+  bool requested() const noexcept { return detail::preemption_signal().load(std::memory_order_relaxed) != 0; }
+  /// The signal that arrived (0 when none).
+  int signal() const noexcept { return detail::preemption_signal().load(std::memory_order_relaxed); }
+  /// Asks for a stop as a signal would (tests, a watchdog thread, an evaluation that says "done").
+  void request(int sig = SIGTERM) noexcept {
+    detail::preemption_signal().store(sig, std::memory_order_relaxed);
+  }
+  void clear() noexcept { detail::preemption_signal().store(0, std::memory_order_relaxed); }
+
+ private:
+  void restore() noexcept {
+    for (auto it = previous_.rbegin(); it != previous_.rend(); ++it)
+      ::sigaction(it->sig, &it->action, nullptr);
+    previous_.clear();
+  }
+  struct saved {
+    int sig;
+    struct sigaction action;
+  };
+  std::vector<saved> previous_;
+};
+
+/// When periodic snapshots are due.
+struct snapshot_timer_options {
+  std::int64_t every_steps = 0;  ///< a snapshot every this many steps (0: not by steps)
+  double every_seconds = 0.0;    ///< and/or when this much wall time passed since the last (0: not by time)
+};
+
+/// Decides at a step boundary whether a periodic snapshot is due; saved(step) restarts both
+/// clocks. Steps count from the last saved step, so a resumed run keeps the same cadence.
+class snapshot_timer {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit snapshot_timer(snapshot_timer_options o = {}, std::int64_t start_step = 0)
+      : o_(o), last_step_(start_step), last_time_(clock::now()) {
+    TRAINKIT_CHECK(
+        o.every_steps >= 0 && o.every_seconds >= 0.0, value_error, "snapshot_timer",
+        "every_steps and every_seconds must be >= 0, got " << o.every_steps << " and " << o.every_seconds);
+  }
+  /// True when `step` (the number of steps done) is a multiple of every_steps past the last
+  /// save, or every_seconds have passed since it.
+  bool due(std::int64_t step) const {
+    if (step <= last_step_) return false;
+    if (o_.every_steps > 0 && step % o_.every_steps == 0) return true;
+    if (o_.every_seconds > 0.0 &&
+        std::chrono::duration<double>(clock::now() - last_time_).count() >= o_.every_seconds)
+      return true;
+    return false;
+  }
+  /// A snapshot of `step` was written (periodic or not).
+  void saved(std::int64_t step) {
+    last_step_ = step;
+    last_time_ = clock::now();
+  }
+  const snapshot_timer_options& options() const noexcept { return o_; }
+
+ private:
+  snapshot_timer_options o_;
+  std::int64_t last_step_;
+  clock::time_point last_time_;
+};
+
+}  // namespace trainkit::io

@@ -1,0 +1,564 @@
+// trainkit/io/snapshot.hpp - snapshot: sections of named records (tensors, integers, reals,
+// strings) that are written to and read from the versioned, checksummed file format of
+// io/format.hpp.
+//
+//   io::snapshot snap;
+//   auto& s = snap.add_section("model");
+//   s.put_tensor("0.weight", w).put_int("step", 1200).put_real("loss", 0.25);
+//   snap.write("run/snapshot.tks");                    // temp file, fsync, rename, fsync dir
+//
+//   io::snapshot back = io::snapshot::read("run/snapshot.tks");   // magic, version, sizes, CRC
+//   tensor<float> w2 = back.section("model").get_tensor<float>("0.weight", w.sizes());
+//
+// Every problem with a file names the file and the byte offset where it was found; a record of
+// the wrong kind, element type or shape names the record, its section, the file and the offset.
+#pragma once
+
+#include <algorithm>  // std::min
+#include <array>
+#include <bit>  // std::bit_cast
+#include <cstddef>
+#include <cstdint>
+#include <cstring>  // std::memcpy
+#include <deque>    // sections keep their addresses as more are added
+#include <filesystem>
+#include <fstream>  // reading a whole file
+#include <memory>   // std::shared_ptr: the bytes of a read file, shared by its records
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "trainkit/core/device.hpp"
+#include "trainkit/core/dtype.hpp"
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/shape.hpp"
+#include "trainkit/core/tensor.hpp"
+#include "trainkit/io/atomic_file.hpp"
+#include "trainkit/io/format.hpp"
+
+namespace trainkit::io {
+
+class snapshot;
+
+/// One named group of records ("model", "optimizer", "rng.default"...). Records are kept in the
+/// order they were put; names are unique within the section.
+class snapshot_section {
+ public:
+  /// What a record holds, without its bytes.
+  struct record_info {
+    std::string name;
+    record_kind kind;
+    dtype_code dtype = dtype_code::float32;  // tensors only
+    shape sizes;                             // tensors only
+    std::uint64_t file_offset = 0;           // where the record starts in the file it came from
+  };
+
+  const std::string& name() const noexcept { return name_; }
+  std::size_t size() const noexcept { return records_.size(); }
+  bool empty() const noexcept { return records_.empty(); }
+  bool contains(std::string_view record) const { return find(record) != nullptr; }
+  /// The record names in order.
+  std::vector<std::string> names() const {
+    std::vector<std::string> r;
+    r.reserve(records_.size());
+    for (const auto& rec : records_) r.push_back(rec.info.name);
+    return r;
+  }
+  /// Kind, dtype, sizes and offset of a record; io_error when there is none.
+  const record_info& info(std::string_view record) const { return require(record).info; }
+
+  // ---- building ------------------------------------------------------------------------------
+  /// Copies t's elements (t may be a view on any device; it is read once, now).
+  template <element T, class D>
+  snapshot_section& put_tensor(std::string record, const tensor<T, D>& t) {
+    TRAINKIT_CHECK(t.defined(), usage_error, "snapshot::put_tensor",
+                   "record '" << record << "' of section '" << name_ << "': the tensor is undefined");
+    entry& e = add(std::move(record), record_kind::tensor);
+    e.info.dtype = dtype_code_of<T>();
+    e.info.sizes = t.sizes();
+    const std::size_t n = static_cast<std::size_t>(t.numel()) * sizeof(T);
+    auto buf = std::make_shared<std::vector<std::byte>>(n);
+    if (n > 0) {
+      if constexpr (std::is_same_v<D, cpu>) {
+        const tensor<T, D> c = t.contiguous();
+        std::memcpy(buf->data(), c.data(), n);
+      } else {
+        const tensor<T, cpu> c = t.template to<cpu>().contiguous();
+        std::memcpy(buf->data(), c.data(), n);
+      }
+    }
+    e.bytes = std::move(buf);
+    e.begin = 0;
+    e.length = n;
+    return *this;
+  }
+  snapshot_section& put_int(std::string record, std::int64_t v) {
+    add(std::move(record), record_kind::integer).integer = v;
+    return *this;
+  }
+  snapshot_section& put_real(std::string record, double v) {
+    add(std::move(record), record_kind::real).real = v;
+    return *this;
+  }
+  snapshot_section& put_string(std::string record, std::string v) {
+    add(std::move(record), record_kind::string).text = std::move(v);
+    return *this;
+  }
+
+  // ---- reading -------------------------------------------------------------------------------
+  /// The tensor record as a new tensor<T, D>; io_error when the record is missing, is not a
+  /// tensor or holds another element type.
+  template <element T, class D = cpu>
+  tensor<T, D> get_tensor(std::string_view record) const {
+    const entry& e = require(record);
+    check_kind(e, record_kind::tensor);
+    TRAINKIT_CHECK(e.info.dtype == dtype_code_of<T>(), io_error, "snapshot",
+                   where(e) << " is a " << to_string(e.info.dtype) << " tensor of shape "
+                            << trainkit::to_string(e.info.sizes) << ", read as " << dtype_name<T>());
+    tensor<T, cpu> t = tensor<T, cpu>::empty(e.info.sizes);
+    TRAINKIT_CHECK(
+        e.length == static_cast<std::size_t>(t.numel()) * sizeof(T), io_error, "snapshot",
+        where(e) << " holds " << e.length << " bytes for shape " << trainkit::to_string(e.info.sizes));
+    if (e.length > 0) std::memcpy(t.data(), e.bytes->data() + e.begin, e.length);
+    if constexpr (std::is_same_v<D, cpu>)
+      return t;
+    else
+      return t.template to<D>();
+  }
+  /// As get_tensor(record), and the shape must be `expected`.
+  template <element T, class D = cpu>
+  tensor<T, D> get_tensor(std::string_view record, const shape& expected) const {
+    const entry& e = require(record);
+    check_kind(e, record_kind::tensor);
+    TRAINKIT_CHECK(e.info.sizes == expected, io_error, "snapshot",
+                   where(e) << " has shape " << trainkit::to_string(e.info.sizes) << ", expected "
+                            << trainkit::to_string(expected));
+    return get_tensor<T, D>(record);
+  }
+  std::int64_t get_int(std::string_view record) const {
+    const entry& e = require(record);
+    check_kind(e, record_kind::integer);
+    return e.integer;
+  }
+  double get_real(std::string_view record) const {
+    const entry& e = require(record);
+    check_kind(e, record_kind::real);
+    return e.real;
+  }
+  const std::string& get_string(std::string_view record) const {
+    const entry& e = require(record);
+    check_kind(e, record_kind::string);
+    return e.text;
+  }
+
+  /// "record 'x' of section 's' (file 'f', byte offset n)": the prefix of every message about a
+  /// record, public so that state loaders can say what they expected of it.
+  std::string describe(std::string_view record) const {
+    if (const entry* e = find(record)) return where(*e);
+    return "record '" + std::string(record) + "' of section '" + name_ + "'" + origin();
+  }
+  /// " (file 'f')" for a section read from a file, "" for one built in memory.
+  std::string origin() const { return source_.empty() ? std::string() : " (file '" + source_ + "')"; }
+
+ private:
+  friend class snapshot;
+  friend struct snapshot_codec;
+
+  struct entry {
+    record_info info;
+    std::int64_t integer = 0;
+    double real = 0.0;
+    std::string text;
+    std::shared_ptr<const std::vector<std::byte>> bytes;  // tensors: the elements are
+    std::size_t begin = 0, length = 0;                    // bytes[begin, begin + length)
+  };
+
+  snapshot_section(std::string name, std::string source, std::uint64_t offset)
+      : name_(std::move(name)), source_(std::move(source)), offset_(offset) {}
+
+  entry& add(std::string record, record_kind kind) {
+    TRAINKIT_CHECK(!record.empty(), usage_error, "snapshot::put",
+                   "empty record name in section '" << name_ << "'");
+    TRAINKIT_CHECK(index_.find(record) == index_.end(), usage_error, "snapshot::put",
+                   "section '" << name_ << "' already has a record '" << record << "'");
+    index_.emplace(record, records_.size());
+    entry e;
+    e.info.name = std::move(record);
+    e.info.kind = kind;
+    records_.push_back(std::move(e));
+    return records_.back();
+  }
+  const entry* find(std::string_view record) const {
+    auto it = index_.find(std::string(record));
+    return it == index_.end() ? nullptr : &records_[it->second];
+  }
+  const entry& require(std::string_view record) const {
+    const entry* e = find(record);
+    if (e == nullptr) {
+      std::string known;
+      for (std::size_t i = 0; i < records_.size() && i < 8; ++i)
+        known += (i ? ", '" : "'") + records_[i].info.name + "'";
+      if (records_.size() > 8) known += ", ...";
+      TRAINKIT_CHECK(false, io_error, "snapshot",
+                     "section '" << name_ << "'" << origin() << (source_.empty() ? "" : " at byte offset ")
+                                 << (source_.empty() ? std::string() : std::to_string(offset_))
+                                 << " has no record '" << record << "' (it has "
+                                 << (records_.empty() ? std::string("none") : known) << ")");
+    }
+    return *e;
+  }
+  std::string where(const entry& e) const {
+    std::string s = "record '" + e.info.name + "' of section '" + name_ + "'";
+    if (!source_.empty())
+      s += " (file '" + source_ + "', byte offset " + std::to_string(e.info.file_offset) + ")";
+    return s;
+  }
+  void check_kind(const entry& e, record_kind want) const {
+    TRAINKIT_CHECK(e.info.kind == want, io_error, "snapshot",
+                   where(e) << " is a" << (e.info.kind == record_kind::integer ? "n " : " ")
+                            << to_string(e.info.kind) << ", read as a"
+                            << (want == record_kind::integer ? "n " : " ") << to_string(want));
+  }
+
+  std::string name_;
+  std::string source_;        // the file it was read from ("" when built in memory)
+  std::uint64_t offset_ = 0;  // where the section starts in that file
+  std::vector<entry> records_;
+  std::unordered_map<std::string, std::size_t> index_;
+};
+
+/// The saved state of a training run: sections of named records, in memory. Build it with
+/// add_section()/put_*, write() it; read() a file back and get_* what it holds. Copies share the
+/// tensor bytes (they are never modified after a put).
+class snapshot {
+ public:
+  snapshot() = default;
+
+  /// A new, empty section; usage_error when the name is taken.
+  snapshot_section& add_section(std::string name) {
+    TRAINKIT_CHECK(!name.empty(), usage_error, "snapshot::add_section", "section names must not be empty");
+    TRAINKIT_CHECK(index_.find(name) == index_.end(), usage_error, "snapshot::add_section",
+                   "the snapshot already has a section '" << name << "'");
+    index_.emplace(name, sections_.size());
+    sections_.push_back(snapshot_section(std::move(name), source_, 0));
+    return sections_.back();
+  }
+  /// A copy of another snapshot's section under the same name (the tensor bytes are shared, not
+  /// copied); usage_error when the name is taken. Gathering per-rank state uses it.
+  snapshot_section& add_section_copy(const snapshot_section& from) {
+    snapshot_section& s = add_section(from.name());
+    s.records_ = from.records_;
+    s.index_ = from.index_;
+    return s;
+  }
+  bool contains(std::string_view name) const { return index_.find(std::string(name)) != index_.end(); }
+  /// The section of that name; io_error naming the file and the sections it has when absent.
+  const snapshot_section& section(std::string_view name) const {
+    auto it = index_.find(std::string(name));
+    if (it == index_.end()) {
+      std::string known;
+      for (std::size_t i = 0; i < sections_.size(); ++i)
+        known += (i ? ", '" : "'") + sections_[i].name() + "'";
+      TRAINKIT_CHECK(false, io_error, "snapshot",
+                     "the snapshot" << (source_.empty() ? std::string() : " '" + source_ + "'")
+                                    << " has no section '" << name << "' (it has "
+                                    << (sections_.empty() ? std::string("none") : known) << ")");
+    }
+    return sections_[it->second];
+  }
+  snapshot_section& section(std::string_view name) {
+    return const_cast<snapshot_section&>(static_cast<const snapshot&>(*this).section(name));
+  }
+  std::vector<std::string> section_names() const {
+    std::vector<std::string> r;
+    for (const auto& s : sections_) r.push_back(s.name());
+    return r;
+  }
+  std::size_t size() const noexcept { return sections_.size(); }
+  /// The file this snapshot was read from ("" when built in memory).
+  const std::string& source() const noexcept { return source_; }
+
+  /// Writes the snapshot to path atomically (io/atomic_file.hpp): a failure at any point leaves
+  /// whatever was at path before untouched, and no temporary file behind.
+  void write(const std::filesystem::path& path, const write_options& opts = {}) const;
+
+  /// The file image, in memory (what write() puts on disk).
+  std::vector<std::byte> to_bytes() const;
+
+  /// Reads and verifies a snapshot file: io_error naming the file and the byte offset for a
+  /// wrong magic or version, a truncated or oversized file, a checksum mismatch or a malformed
+  /// record.
+  static snapshot read(const std::filesystem::path& path);
+
+  /// Parses a file image held in memory; `source` names it in messages.
+  static snapshot from_bytes(std::vector<std::byte> bytes, std::string source = "<memory>");
+
+ private:
+  friend struct snapshot_codec;
+  std::deque<snapshot_section> sections_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::string source_;
+};
+
+/// The encoder and the decoder of the format (io/format.hpp), kept apart from snapshot's API.
+struct snapshot_codec {
+  /// Streams the payload to sink(const void*, size_t) and returns {payload size, crc32}.
+  template <class Sink>
+  static std::pair<std::uint64_t, std::uint32_t> encode_payload(const snapshot& s, Sink&& sink) {
+    std::uint64_t size = 0;
+    std::uint32_t crc = 0;
+    unsigned char small[64];
+    auto emit = [&](const void* p, std::size_t n) {
+      if (n == 0) return;
+      crc = detail::crc32_update(crc, p, n);
+      size += n;
+      sink(p, n);
+    };
+    auto u8 = [&](std::uint8_t v) { emit(&v, 1); };
+    auto u32 = [&](std::uint32_t v) {
+      detail::store_le(small, v);
+      emit(small, 4);
+    };
+    auto u64 = [&](std::uint64_t v) {
+      detail::store_le(small, v);
+      emit(small, 8);
+    };
+    auto name = [&](const std::string& n) {
+      TRAINKIT_CHECK(n.size() <= 0xffffffffu, usage_error, "snapshot::write",
+                     "name of " << n.size() << " bytes");
+      u32(static_cast<std::uint32_t>(n.size()));
+      emit(n.data(), n.size());
+    };
+    u32(static_cast<std::uint32_t>(s.sections_.size()));
+    for (const auto& sec : s.sections_) {
+      name(sec.name_);
+      u32(static_cast<std::uint32_t>(sec.records_.size()));
+      for (const auto& e : sec.records_) {
+        u8(static_cast<std::uint8_t>(e.info.kind));
+        name(e.info.name);
+        switch (e.info.kind) {
+          case record_kind::tensor:
+            u8(static_cast<std::uint8_t>(e.info.dtype));
+            u32(static_cast<std::uint32_t>(e.info.sizes.size()));
+            for (index_t d : e.info.sizes) u64(static_cast<std::uint64_t>(d));
+            u64(e.length);
+            if (e.length) emit(e.bytes->data() + e.begin, e.length);
+            break;
+          case record_kind::integer:
+            u64(static_cast<std::uint64_t>(e.integer));
+            break;
+          case record_kind::real:
+            u64(std::bit_cast<std::uint64_t>(e.real));
+            break;
+          case record_kind::string:
+            u64(e.text.size());
+            emit(e.text.data(), e.text.size());
+            break;
+        }
+      }
+    }
+    return {size, crc};
+  }
+
+  /// Parses a whole file image (header included).
+  static snapshot decode(std::shared_ptr<const std::vector<std::byte>> image, const std::string& source) {
+    const auto* base = reinterpret_cast<const unsigned char*>(image->data());
+    const std::uint64_t file_size = image->size();
+    const auto fail_at = [&](std::uint64_t offset, const std::string& what) {
+      TRAINKIT_CHECK(
+          false, io_error, "snapshot",
+          "'" << source << "' is not a valid snapshot: " << what << " (at byte offset " << offset << ")");
+    };
+    if (file_size < snapshot_header_size) {
+      const bool magic_prefix = file_size == 0 || std::memcmp(base, snapshot_magic.data(),
+                                                              std::min<std::size_t>(file_size, 8)) == 0;
+      fail_at(file_size, magic_prefix ? "truncated: the file has " + std::to_string(file_size) +
+                                            " bytes, fewer than the 32-byte header"
+                                      : "wrong magic: not a trainkit snapshot");
+    }
+    if (std::memcmp(base, snapshot_magic.data(), snapshot_magic.size()) != 0)
+      fail_at(0, "wrong magic: not a trainkit snapshot");
+    const std::uint32_t header_crc = detail::load_le<std::uint32_t>(base + 28);
+    if (detail::crc32_update(0, base, 28) != header_crc)
+      fail_at(0, "header checksum mismatch (corrupted header)");
+    const std::uint32_t version = detail::load_le<std::uint32_t>(base + 8);
+    if (version != snapshot_format_version)
+      fail_at(8, "format version " + std::to_string(version) + ", this build reads version " +
+                     std::to_string(snapshot_format_version));
+    const std::uint32_t flags = detail::load_le<std::uint32_t>(base + 12);
+    if (flags != 0) fail_at(12, "unknown flags " + std::to_string(flags));
+    const std::uint64_t payload = detail::load_le<std::uint64_t>(base + 16);
+    const std::uint64_t body = file_size - snapshot_header_size;
+    if (body < payload)
+      fail_at(file_size, "truncated: the header announces " + std::to_string(payload) +
+                             " payload bytes, the file has " + std::to_string(body) + " after the header");
+    if (body > payload)
+      fail_at(snapshot_header_size + payload,
+              std::to_string(body - payload) + " unexpected bytes after the payload");
+    const std::uint32_t crc = detail::crc32_update(0, base + snapshot_header_size, payload);
+    if (crc != detail::load_le<std::uint32_t>(base + 24))
+      fail_at(snapshot_header_size, "payload checksum mismatch (corrupted data)");
+
+    // The checksum matched, so a malformed payload means a writer bug or a crafted file; the
+    // cursor still checks every length against what is left.
+    std::uint64_t at = snapshot_header_size;
+    const std::uint64_t end = file_size;
+    auto need = [&](std::uint64_t n, const char* what) {
+      if (end - at < n)
+        fail_at(at, std::string("malformed payload: ") + what + " needs " + std::to_string(n) + " bytes, " +
+                        std::to_string(end - at) + " left");
+    };
+    auto u8 = [&](const char* what) {
+      need(1, what);
+      return base[at++];
+    };
+    auto u32 = [&](const char* what) {
+      need(4, what);
+      const auto v = detail::load_le<std::uint32_t>(base + at);
+      at += 4;
+      return v;
+    };
+    auto u64 = [&](const char* what) {
+      need(8, what);
+      const auto v = detail::load_le<std::uint64_t>(base + at);
+      at += 8;
+      return v;
+    };
+    auto str = [&](std::uint64_t n, const char* what) {
+      need(n, what);
+      std::string r(reinterpret_cast<const char*>(base + at), static_cast<std::size_t>(n));
+      at += n;
+      return r;
+    };
+
+    snapshot s;
+    s.source_ = source;
+    const std::uint32_t nsec = u32("the section count");
+    for (std::uint32_t i = 0; i < nsec; ++i) {
+      const std::uint64_t sec_at = at;
+      std::string sname = str(u32("a section name length"), "a section name");
+      if (s.index_.count(sname)) fail_at(sec_at, "section '" + sname + "' appears twice");
+      s.index_.emplace(sname, s.sections_.size());
+      s.sections_.push_back(snapshot_section(std::move(sname), source, sec_at));
+      snapshot_section& sec = s.sections_.back();
+      const std::uint32_t nrec = u32("a record count");
+      for (std::uint32_t j = 0; j < nrec; ++j) {
+        const std::uint64_t rec_at = at;
+        const std::uint8_t kind = u8("a record kind");
+        std::string rname = str(u32("a record name length"), "a record name");
+        if (kind < 1 || kind > 4)
+          fail_at(rec_at, "record '" + rname + "' of section '" + sec.name_ + "' has unknown kind " +
+                              std::to_string(kind));
+        if (sec.index_.count(rname))
+          fail_at(rec_at, "record '" + rname + "' appears twice in section '" + sec.name_ + "'");
+        snapshot_section::entry e;
+        e.info.name = rname;
+        e.info.kind = static_cast<record_kind>(kind);
+        e.info.file_offset = rec_at;
+        switch (e.info.kind) {
+          case record_kind::tensor: {
+            const auto code = static_cast<dtype_code>(u8("a dtype"));
+            const std::size_t esize = dtype_size(code);
+            if (esize == 0) fail_at(rec_at, "tensor '" + rname + "' has an unknown dtype code");
+            const std::uint32_t ndim = u32("a tensor rank");
+            if (ndim > 64) fail_at(rec_at, "tensor '" + rname + "' has rank " + std::to_string(ndim));
+            std::uint64_t numel = 1;
+            for (std::uint32_t d = 0; d < ndim; ++d) {
+              const auto v = static_cast<std::int64_t>(u64("a tensor size"));
+              if (v < 0) fail_at(rec_at, "tensor '" + rname + "' has a negative size");
+              e.info.sizes.push_back(v);
+              numel *= static_cast<std::uint64_t>(v);
+            }
+            e.info.dtype = code;
+            const std::uint64_t nbytes = u64("a tensor byte count");
+            if (nbytes != numel * esize)
+              fail_at(rec_at, "tensor '" + rname + "' of shape " + trainkit::to_string(e.info.sizes) +
+                                  " and dtype " + std::string(to_string(code)) + " holds " +
+                                  std::to_string(nbytes) + " bytes");
+            need(nbytes, "tensor data");
+            e.bytes = image;
+            e.begin = static_cast<std::size_t>(at);
+            e.length = static_cast<std::size_t>(nbytes);
+            at += nbytes;
+            break;
+          }
+          case record_kind::integer:
+            e.integer = static_cast<std::int64_t>(u64("an integer"));
+            break;
+          case record_kind::real:
+            e.real = std::bit_cast<double>(u64("a real"));
+            break;
+          case record_kind::string:
+            e.text = str(u64("a string length"), "a string");
+            break;
+        }
+        sec.index_.emplace(std::move(rname), sec.records_.size());
+        sec.records_.push_back(std::move(e));
+      }
+    }
+    if (at != end)
+      fail_at(at, "malformed payload: " + std::to_string(end - at) + " bytes after the last section");
+    return s;
+  }
+};
+
+inline std::vector<std::byte> snapshot::to_bytes() const {
+  std::vector<std::byte> out(snapshot_header_size);
+  const auto [size, crc] = snapshot_codec::encode_payload(*this, [&](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  });
+  const auto h = detail::make_header(size, crc);
+  std::memcpy(out.data(), h.data(), h.size());
+  return out;
+}
+
+inline void snapshot::write(const std::filesystem::path& path, const write_options& opts) const {
+  atomic_file f(path, opts);
+  // Small fields are gathered in a buffer; tensor data larger than it goes straight to the file.
+  constexpr std::size_t cap = std::size_t(1) << 20;
+  std::vector<unsigned char> buf;
+  buf.reserve(cap);
+  const std::array<unsigned char, snapshot_header_size> placeholder{};
+  f.write(placeholder.data(), placeholder.size());
+  auto flush = [&] {
+    if (!buf.empty()) f.write(buf.data(), buf.size());
+    buf.clear();
+  };
+  const auto [size, crc] = snapshot_codec::encode_payload(*this, [&](const void* p, std::size_t n) {
+    if (buf.size() + n > cap) flush();
+    if (n >= cap) {
+      f.write(p, n);
+    } else {
+      const auto* b = static_cast<const unsigned char*>(p);
+      buf.insert(buf.end(), b, b + n);
+    }
+  });
+  flush();
+  const auto h = detail::make_header(size, crc);
+  f.write_at(0, h.data(), h.size());
+  f.commit();
+}
+
+inline snapshot snapshot::read(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  TRAINKIT_CHECK(in.good(), io_error, "snapshot", "cannot open '" << path.string() << "' for reading");
+  const std::streamoff n = in.tellg();
+  TRAINKIT_CHECK(n >= 0, io_error, "snapshot", "cannot determine the size of '" << path.string() << "'");
+  auto image = std::make_shared<std::vector<std::byte>>(static_cast<std::size_t>(n));
+  in.seekg(0);
+  if (n > 0) in.read(reinterpret_cast<char*>(image->data()), n);
+  TRAINKIT_CHECK(in.gcount() == n, io_error, "snapshot",
+                 "reading '" << path.string() << "' stopped at byte offset " << in.gcount() << " of " << n);
+  return snapshot_codec::decode(std::move(image), path.string());
+}
+
+inline snapshot snapshot::from_bytes(std::vector<std::byte> bytes, std::string source) {
+  return snapshot_codec::decode(std::make_shared<const std::vector<std::byte>>(std::move(bytes)), source);
+}
+
+}  // namespace trainkit::io

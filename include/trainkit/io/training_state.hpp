@@ -1,0 +1,164 @@
+// trainkit/io/training_state.hpp - training_state: the list of everything a run must save to resume
+// bit for bit, captured into one snapshot and restored from it.
+//
+//   io::training_state state;                 // the default generator is in it already
+//   state.add("model", *model).add("optimizer", opt).add("schedule", schedule)
+//        .add("scaler", scaler).add("batches", batches).add_generator("augment", augment_rng)
+//        .add("compression", ddp.compression());
+//   io::snapshot snap = state.capture();      // progress (step, epoch), every component
+//   ...
+//   state.restore(io::snapshot::read(path));  // the same components, in place
+//
+// The entries hold references: every added object must outlive the training_state.
+#pragma once
+
+#include <cstdint>
+#include <ctime>  // std::time: the meta section
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "trainkit/config.hpp"  // TRAINKIT_VERSION_*
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/generator.hpp"
+#include "trainkit/io/concepts.hpp"
+#include "trainkit/io/snapshot.hpp"
+#include "trainkit/io/state.hpp"
+
+namespace trainkit::io {
+
+/// Where the run is: optimizer steps taken and the current epoch. Saved as section "progress".
+struct run_progress {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  friend constexpr bool operator==(const run_progress&, const run_progress&) = default;
+  static constexpr std::array<std::string_view, 2> snapshot_field_names = {"step", "epoch"};
+};
+
+/// Whether a component is the same on every rank (model, optimizer, schedule, scaler: rank 0's
+/// copy is saved) or its own on each rank (error-feedback residuals, a per-rank generator: every
+/// rank's copy is saved, as section "<name>@rank<r>").
+enum class state_scope { shared, per_rank };
+
+/// The components of a run's state, by section name, captured and restored together.
+class training_state {
+ public:
+  /// With include_default_generator, the process-wide generator (dropout masks, initialisers)
+  /// is saved as section "rng.default": forgetting it is the usual way to lose bit-exactness.
+  explicit training_state(bool include_default_generator = true) {
+    if (include_default_generator) add("rng.default", default_generator());
+  }
+  training_state(const training_state&) = delete;
+  training_state& operator=(const training_state&) = delete;
+
+  /// Adds x (io::snapshottable) under `section`; usage_error if the name is taken, reserved
+  /// ("progress", "meta") or contains '@'.
+  template <class X>
+  training_state& add(std::string section, X& x, state_scope scope = state_scope::shared) {
+    static_assert(
+        snapshottable<X>,
+        "trainkit::io::training_state::add: the type is not io::snapshottable - give it state_dict()/"
+        "load_state_dict(), get_state()/set_state() with a plain struct, or state()/load_state()");
+    TRAINKIT_CHECK(section != "progress" && section != "meta" && section.find('@') == std::string::npos,
+                   usage_error, "training_state::add", "section name '" << section << "' is reserved");
+    for (const auto& e : entries_)
+      TRAINKIT_CHECK(e.section != section, usage_error, "training_state::add",
+                     "section '" << section << "' was added already");
+    X* p = &x;
+    entries_.push_back({std::move(section), scope, [p](snapshot_section& s) { save_state(s, *p); },
+                        [p](const snapshot_section& s) { load_state(s, *p); }});
+    return *this;
+  }
+  /// add(section, x, state_scope::per_rank).
+  template <class X>
+  training_state& add_per_rank(std::string section, X& x) {
+    return add(std::move(section), x, state_scope::per_rank);
+  }
+  /// Whether any component is per rank.
+  bool has_per_rank() const noexcept {
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::per_rank) return true;
+    return false;
+  }
+  /// The name a per-rank section has in a snapshot.
+  static std::string rank_section(const std::string& section, int rank) {
+    return section + "@rank" + std::to_string(rank);
+  }
+  /// A named generator (an augmentation or a per-layer dropout stream), as section "rng.<name>".
+  training_state& add_generator(std::string name, generator& g) { return add("rng." + std::move(name), g); }
+
+  run_progress& progress() noexcept { return progress_; }
+  const run_progress& progress() const noexcept { return progress_; }
+
+  /// The section names rank `rank` reads, in capture order (progress first, then in the order
+  /// added; per-rank ones as "<name>@rank<rank>").
+  std::vector<std::string> sections(int rank = 0) const {
+    std::vector<std::string> r{"progress"};
+    for (const auto& e : entries_) r.push_back(name_of(e, rank));
+    return r;
+  }
+
+  /// A snapshot of every component now - the shared ones and this rank's per-rank ones - plus
+  /// "progress" and "meta" (library version, time). In a single process this is all there is.
+  snapshot capture(int rank = 0) const {
+    snapshot snap = capture_shared();
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::per_rank) e.save(snap.add_section(name_of(e, rank)));
+    return snap;
+  }
+  /// "meta", "progress" and the shared components only.
+  snapshot capture_shared() const {
+    snapshot snap;
+    auto& meta = snap.add_section("meta");
+    meta.put_string("library", "trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." +
+                                   std::to_string(TRAINKIT_VERSION_MINOR) + "." +
+                                   std::to_string(TRAINKIT_VERSION_PATCH));
+    meta.put_int("unix_time", static_cast<std::int64_t>(std::time(nullptr)));
+    save_state(snap, "progress", progress_);
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::shared) e.save(snap.add_section(e.section));
+    return snap;
+  }
+  /// This rank's per-rank components only (what rank 0 gathers from every rank).
+  snapshot capture_per_rank(int rank) const {
+    snapshot snap;
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::per_rank) e.save(snap.add_section(name_of(e, rank)));
+    return snap;
+  }
+
+  /// Restores every component from snap (per-rank ones from "<name>@rank<rank>"). Every section
+  /// must be present (checked before anything is changed); a component that does not fit its
+  /// section (another model, another optimizer) is an io_error naming the section, the record
+  /// and the file.
+  void restore(const snapshot& snap, int rank = 0) {
+    std::string missing;
+    for (const auto& name : sections(rank))
+      if (!snap.contains(name)) missing += (missing.empty() ? "'" : ", '") + name + "'";
+    TRAINKIT_CHECK(missing.empty(), io_error, "training_state::restore",
+                   "the snapshot" << (snap.source().empty() ? std::string() : " '" + snap.source() + "'")
+                                  << " lacks section(s) " << missing);
+    run_progress p;
+    load_state(snap, "progress", p);
+    for (auto& e : entries_) e.load(snap.section(name_of(e, rank)));
+    progress_ = p;
+  }
+
+ private:
+  struct entry {
+    std::string section;
+    state_scope scope;
+    std::function<void(snapshot_section&)> save;
+    std::function<void(const snapshot_section&)> load;
+  };
+  static std::string name_of(const entry& e, int rank) {
+    return e.scope == state_scope::per_rank ? rank_section(e.section, rank) : e.section;
+  }
+
+  std::vector<entry> entries_;
+  run_progress progress_;
+};
+
+}  // namespace trainkit::io

@@ -1,0 +1,48 @@
+// trainkit/train/concepts.hpp - the axes of train_step that no other component defines: the
+// parallel policy (what runs between backward and the optimizer step) and the model. The other
+// four axes are the other components' concepts: optim::optimizer, amp::precision_policy,
+// amp::loss_scaler, checkpoint::recompute_policy.
+#pragma once
+
+#include <concepts>
+#include <vector>
+
+#include "trainkit/nn/module.hpp"
+
+namespace trainkit::train {
+
+/// The parallel axis: reduces the gradients across ranks after backward.
+/// A model provides:
+///   p.finish()     after backward, before unscaling and the step: waits for the reduction and
+///                  leaves the averaged gradients in .grad() (a no-op for one process).
+/// Optional, used when present: p.found_inf(bool) -> bool (the OR over the ranks, so every rank
+/// skips the same steps) and p.stats() with bytes_sent and comm_seconds (for the metrics).
+/// Models: no_parallel, dist::data_parallel<Comm, Compression>.
+template <class P>
+concept parallel_policy = requires(P& p) {
+  p.finish();
+};
+
+/// One process, nothing to reduce.
+struct no_parallel {
+  void finish() noexcept {}
+};
+static_assert(parallel_policy<no_parallel>);
+
+/// A model train_step can run: an nn::module<T, Device> (its forward runs through
+/// amp::forward<Precision>; an nn::sequential also through the recompute policy).
+template <class M>
+concept step_model = requires {
+  typename M::value_type;
+  typename M::device_type;
+}
+&&std::derived_from<M, nn::module<typename M::value_type, typename M::device_type>>;
+
+/// An optimizer train_step can drive: optim::optimizer plus params() (the scaler unscales them and
+/// clipping reads them).
+template <class O>
+concept step_optimizer = requires(const O& o) {
+  { o.params() } -> std::convertible_to<const std::vector<typename O::var_type>&>;
+};
+
+}  // namespace trainkit::train

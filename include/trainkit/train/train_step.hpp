@@ -1,0 +1,284 @@
+// trainkit/train/train_step.hpp - train_step<Model, Optimizer, Precision, Scaler, Recompute,
+// Parallel>: one training step assembled from one model per policy axis:
+//
+//   forward      amp::forward<Precision>(model, x), through Recompute for an nn::sequential
+//   loss         the caller's function of the output
+//   backward     scaler.scale(loss).backward()
+//   reduce       parallel.finish()                 (data_parallel: average over the ranks)
+//   unscale      scaler.unscale(opt) -> found_inf  (skipped for no_scaling)
+//   clip         clip_grad_norm_(params, max_grad_norm), when set and the gradients are finite
+//   step         scaler.step(opt): opt.step() unless found_inf; scaler.update()
+//   schedule     sched.step(opt), when attached, after a step that was taken
+//   metrics      training_metrics.observe(...), when given
+//
+// Every axis has a model that does nothing - fp32, no_scaling, store_all, no_parallel - and with
+// all four the step is the hand-written loop (benchmarks/train_step_overhead.cpp measures it):
+//
+//   train::train_step step(*model, opt);                          // fp32, no_scaling, store_all
+//   for (auto& b : batches) {
+//     auto r = step(b.x, [&](const var<float>& out) { return autograd::cross_entropy(out, b.y); });
+//   }
+//
+//   // bf16 autocast, sqrt(n) recomputation, DDP with int8 compression, clipping at 1.0:
+//   train::train_step<nn::sequential<float>, optim::adamw<float>, amp::mixed_bf16, amp::no_scaling,
+//                     checkpoint::sqrt_segments, dist::data_parallel<dist::mpi, dist::int8>>
+//       step(*model, opt, ddp, {.max_grad_norm = 1.0});
+//
+// A policy that does not model its concept stops the build with a static_assert naming the
+// concept (tests/compile_fail/).
+#pragma once
+
+#include <chrono>
+#include <cmath>  // std::isfinite
+#include <concepts>
+#include <functional>  // the attached schedule
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "trainkit/amp/concepts.hpp"
+#include "trainkit/amp/loss_scaler.hpp"
+#include "trainkit/amp/module_forward.hpp"
+#include "trainkit/amp/precision.hpp"
+#include "trainkit/autograd/var.hpp"
+#include "trainkit/checkpoint/concepts.hpp"
+#include "trainkit/checkpoint/policies.hpp"
+#include "trainkit/checkpoint/sequential.hpp"
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/tensor.hpp"
+#include "trainkit/monitor/training_metrics.hpp"
+#include "trainkit/nn/sequential.hpp"
+#include "trainkit/optim/clip_grad.hpp"
+#include "trainkit/optim/concepts.hpp"
+#include "trainkit/train/concepts.hpp"
+
+namespace trainkit::train {
+
+/// Settings of train_step that are not policies.
+struct train_step_options {
+  double max_grad_norm = 0.0;  ///< clip the total 2-norm of the gradients to this; 0: no clipping
+  monitor::training_metrics* metrics = nullptr;  ///< report each step here (optional)
+};
+
+/// What one step did.
+struct step_result {
+  double loss = 0.0;       ///< the unscaled loss
+  bool stepped = true;     ///< false: an inf/NaN gradient made the scaler skip the optimizer step
+  bool found_inf = false;  ///< an inf/NaN gradient was found (always false without scaling)
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();  ///< before clipping; NaN when not clipped
+  double learning_rate = 0.0;                                   ///< the rate the step used
+  double loss_scale = 1.0;                                      ///< the scale the step used
+  double seconds = 0.0;                                         ///< wall time of the step
+};
+
+namespace detail {
+/// The parallel policy as train_step holds it: an empty policy by value, anything else (a
+/// data_parallel: not copyable, shared with the caller) by pointer.
+template <class P, bool = std::is_empty_v<P>>
+struct parallel_holder {
+  P value{};
+  parallel_holder() = default;
+  explicit parallel_holder(P& p) : value(p) {}
+  P& get() noexcept { return value; }
+};
+template <class P>
+struct parallel_holder<P, false> {
+  P* ptr = nullptr;
+  explicit parallel_holder(P& p) : ptr(&p) {}
+  P& get() noexcept { return *ptr; }
+};
+template <class M>
+concept sequential_model =
+    std::derived_from<M, nn::sequential<typename M::value_type, typename M::device_type>>;
+}  // namespace detail
+
+/// One training step from six policies (see the top of this file). Holds references to the model,
+/// the optimizer and a non-empty parallel policy (they must outlive it); the scaler and the
+/// recompute policy are values inside it (scaler() gives access, e.g. for snapshots).
+/// \tparam Model a train::step_model (an nn::module; nn::sequential for recompute policies)
+/// \tparam Optimizer an optim::optimizer with params() (sgd, adam, adamw)
+/// \tparam Precision an amp::precision_policy (fp32, mixed<half>, mixed<bfloat16>)
+/// \tparam Scaler an amp::loss_scaler (no_scaling, static_scaling, dynamic_scaling)
+/// \tparam Recompute a checkpoint::recompute_policy (store_all, every_n, sqrt_segments)
+/// \tparam Parallel a train::parallel_policy (no_parallel, dist::data_parallel<...>)
+template <class Model, class Optimizer, class Precision = amp::fp32,
+          class Scaler = amp::default_scaler_t<Precision>, class Recompute = checkpoint::store_all,
+          class Parallel = no_parallel>
+class train_step {
+  static_assert(step_model<Model>,
+                "train_step: Model does not satisfy trainkit::train::step_model (an nn::module<T, Device>)");
+  static_assert(
+      optim::optimizer<Optimizer>,
+      "train_step: Optimizer does not satisfy trainkit::optim::optimizer (step, zero_grad, lr, set_lr)");
+  static_assert(step_optimizer<Optimizer>,
+                "train_step: Optimizer does not satisfy trainkit::train::step_optimizer (params())");
+  static_assert(
+      amp::precision_policy<Precision>,
+      "train_step: Precision does not satisfy trainkit::amp::precision_policy (fp32, mixed<half>, ...)");
+  static_assert(
+      amp::loss_scaler<Scaler>,
+      "train_step: Scaler does not satisfy trainkit::amp::loss_scaler (scale, unscale, step, update, "
+      "get_scale, get_state/set_state)");
+  static_assert(
+      checkpoint::recompute_policy<Recompute>,
+      "train_step: Recompute does not satisfy trainkit::checkpoint::recompute_policy (segments(n), name)");
+  static_assert(parallel_policy<Parallel>,
+                "train_step: Parallel does not satisfy trainkit::train::parallel_policy (finish())");
+  static_assert(
+      std::same_as<Recompute, checkpoint::store_all> || detail::sequential_model<Model>,
+      "train_step: a recompute policy other than store_all needs an nn::sequential model (the policy "
+      "splits its layers into segments)");
+
+ public:
+  using model_type = Model;
+  using optimizer_type = Optimizer;
+  using precision_type = Precision;
+  using scaler_type = Scaler;
+  using recompute_type = Recompute;
+  using parallel_type = Parallel;
+  using T = typename Model::value_type;
+  using Device = typename Model::device_type;
+  using var_type = autograd::var<T, Device>;
+  using tensor_type = tensor<T, Device>;
+
+  /// Single process (an empty Parallel policy such as no_parallel).
+  // (clang-format 14 mangles a requires-clause before a mem-initializer list)
+  // clang-format off
+  train_step(Model& model, Optimizer& opt, train_step_options o = train_step_options(),
+             Scaler scaler = Scaler(), Recompute recompute = Recompute())
+    requires std::is_empty_v<Parallel> && std::default_initializable<Parallel>
+      : model_(&model), opt_(&opt), options_(o), scaler_(std::move(scaler)), recompute_(std::move(recompute)) {
+    validate();
+  }
+  // clang-format on
+  /// With a parallel policy (a data_parallel over the model's parameters), held by reference.
+  train_step(Model& model, Optimizer& opt, Parallel& parallel, train_step_options o = train_step_options(),
+             Scaler scaler = Scaler(), Recompute recompute = Recompute())
+      : model_(&model),
+        opt_(&opt),
+        options_(o),
+        scaler_(std::move(scaler)),
+        recompute_(std::move(recompute)),
+        parallel_(parallel) {
+    validate();
+    // Lossy compression may turn an inf on one rank into different values on the others; the
+    // OR over the ranks keeps every rank skipping the same steps.
+    if constexpr (!std::same_as<Scaler, amp::no_scaling> && requires(Parallel & p, Scaler & s) {
+                    { p.found_inf(true) } -> std::convertible_to<bool>;
+                    s.set_found_inf_reducer([](bool b) { return b; });
+                  }) {
+      scaler_.set_found_inf_reducer([p = &parallel](bool local) { return p->found_inf(local); });
+    }
+  }
+  train_step(const train_step&) = delete;
+  train_step& operator=(const train_step&) = delete;
+
+  /// Attaches a learning-rate schedule: sched.step(opt) after every step that was taken (a
+  /// skipped step does not advance it, so lr_at(k) stays the rate of the k-th update). sched must
+  /// outlive this object.
+  template <optim::lr_schedule S>
+  train_step& attach_schedule(S& sched) {
+    schedule_ = [s = &sched](Optimizer& o) { s->step(o); };
+    return *this;
+  }
+
+  /// The model's output for x under the precision and recompute policies (the step's forward).
+  var_type forward(const var_type& x) {
+    if constexpr (std::same_as<Recompute, checkpoint::store_all>)
+      return amp::forward<Precision>(*model_, x);
+    else
+      return checkpoint::apply_recompute(recompute_, *model_, x, amp::module_forward<Precision>{});
+  }
+
+  /// One step on input x; loss_fn(output) -> var is the loss (e.g. cross_entropy against labels).
+  template <class LossFn>
+  requires std::invocable<LossFn&, const var_type&> step_result operator()(const var_type& x,
+                                                                           LossFn&& loss_fn) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step_result r;
+    r.learning_rate = opt_->lr();
+    r.loss_scale = scaler_.get_scale();
+    const auto comm_before = parallel_figures();
+
+    opt_->zero_grad();
+    const var_type out = forward(x);
+    const var_type loss = loss_fn(out);
+    scaler_.scale(loss).backward();
+    parallel_.get().finish();
+    if constexpr (!std::same_as<Scaler, amp::no_scaling>) r.found_inf = scaler_.unscale(*opt_);
+    if (options_.max_grad_norm > 0.0 && !r.found_inf)
+      r.grad_norm = optim::clip_grad_norm_(opt_->params(), options_.max_grad_norm);
+    r.stepped = scaler_.step(*opt_);
+    scaler_.update();
+    if (r.stepped && schedule_) schedule_(*opt_);
+    r.loss = static_cast<double>(loss.item());
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+    if (options_.metrics != nullptr) {
+      const auto comm_after = parallel_figures();
+      options_.metrics->observe({.seconds = r.seconds,
+                                 .samples = x.dim() > 0 ? x.size(0) : 1,
+                                 .loss = r.loss,
+                                 .learning_rate = r.learning_rate,
+                                 .loss_scale = scaler_.get_scale(),
+                                 .skipped = !r.stepped,
+                                 .communication_seconds = comm_after.first - comm_before.first,
+                                 .bytes_sent = comm_after.second - comm_before.second});
+    }
+    return r;
+  }
+  /// One step on a tensor input (wrapped as a leaf that needs no gradient).
+  template <class LossFn>
+  requires std::invocable<LossFn&, const var_type&> step_result operator()(const tensor_type& x,
+                                                                           LossFn&& loss_fn) {
+    return (*this)(var_type(x), std::forward<LossFn>(loss_fn));
+  }
+
+  Model& model() noexcept { return *model_; }
+  Optimizer& optimizer() noexcept { return *opt_; }
+  Scaler& scaler() noexcept { return scaler_; }
+  const Scaler& scaler() const noexcept { return scaler_; }
+  Recompute& recompute() noexcept { return recompute_; }
+  Parallel& parallel() noexcept { return parallel_.get(); }
+  const train_step_options& options() const noexcept { return options_; }
+
+ private:
+  void validate() const {
+    TRAINKIT_CHECK(options_.max_grad_norm >= 0.0 && std::isfinite(options_.max_grad_norm), value_error,
+                   "train_step", "max_grad_norm must be finite and >= 0, got " << options_.max_grad_norm);
+  }
+  /// (communication seconds, bytes sent) so far, for the per-step deltas; zeros without stats().
+  std::pair<double, std::uint64_t> parallel_figures() {
+    if constexpr (requires(Parallel & p) {
+                    p.stats().comm_seconds;
+                    p.stats().bytes_sent;
+                  }) {
+      if (options_.metrics == nullptr) return {0.0, 0};
+      const auto s = parallel_.get().stats();
+      return {static_cast<double>(s.comm_seconds), static_cast<std::uint64_t>(s.bytes_sent)};
+    } else {
+      return {0.0, 0};
+    }
+  }
+
+  Model* model_;
+  Optimizer* opt_;
+  train_step_options options_;
+  Scaler scaler_;
+  Recompute recompute_;
+  detail::parallel_holder<Parallel> parallel_;
+  std::function<void(Optimizer&)> schedule_;
+};
+
+/// train_step with the precision chosen explicitly and the rest deduced:
+///   auto step = train::make_train_step<amp::mixed_fp16>(*model, opt, {}, amp::dynamic_scaling{});
+template <class Precision, class Model, class Optimizer, class Scaler = amp::default_scaler_t<Precision>,
+          class Recompute = checkpoint::store_all>
+train_step<Model, Optimizer, Precision, Scaler, Recompute> make_train_step(
+    Model& model, Optimizer& opt, train_step_options o = train_step_options(), Scaler scaler = Scaler(),
+    Recompute recompute = Recompute()) {
+  return train_step<Model, Optimizer, Precision, Scaler, Recompute>(model, opt, o, std::move(scaler),
+                                                                    std::move(recompute));
+}
+
+}  // namespace trainkit::train
