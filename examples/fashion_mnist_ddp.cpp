@@ -13,6 +13,9 @@
 // samples/s over all ranks, and the share of step time the communication thread was busy
 // ("comm") and the share backward could not hide (finish() waiting: "exposed"). --overlap 0 reduces
 // every bucket in finish() instead of during backward, to see what overlapping hides.
+// --snapshot-dir: rank 0 writes the whole state (with every rank's error-feedback residuals and
+// dropout stream) every --snapshot-every steps and when any rank gets SIGTERM/SIGINT; --resume
+// restores it on every rank. --metrics-port: rank r serves /metrics on port P + r.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -46,7 +49,7 @@ auto make_model() {
 }
 
 template <class Compression>
-void train(dist::mpi& comm, const example::flags& f) {
+bool train(dist::mpi& comm, const example::flags& f) {
   const int rank = comm.rank(), world = comm.size();
   auto say = [&](const char* fmt, auto... args) {  // rank 0 speaks for all
     if (rank != 0) return;
@@ -86,12 +89,26 @@ void train(dist::mpi& comm, const example::flags& f) {
   const auto test_x = test_set.images.slice(0, t_lo, t_hi).contiguous();
   const auto test_y = test_set.labels.slice(0, t_lo, t_hi).contiguous();
 
-  for (index_t epoch = 0; epoch < epochs; ++epoch) {
-    batches.set_epoch(static_cast<std::uint64_t>(epoch));
+  // Snapshots: rank 0 writes, every rank reads; a stop (signal on any rank) is agreed by all.
+  // Shared state once; what differs by rank (residuals, dropout stream) once per rank.
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
+                             .every_steps = f.num("snapshot-every"), .rank = rank,
+                             .any_rank = tk::io::any_rank_of(comm), .allgather_bytes = tk::io::allgather_bytes_of(comm)},
+                            /*include_default_generator=*/false);
+  run.track("model", *model).track("optimizer", opt).track("schedule", schedule).track("batches", batches);
+  run.track_per_rank("compression", ddp.compression()).track_per_rank("rng.default", tk::default_generator());
+  run.resume();
+  const int port = static_cast<int>(f.num("metrics-port"));
+  example::run_monitor monitor({.port = port > 0 ? port + rank : 0});
+
+  for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
+    if (epoch != batches.epoch()) batches.set_epoch(epoch);
     const auto before = ddp.stats();
     example::stopwatch clock;
     double sums[2] = {0, 0};  // loss * samples, samples (this rank)
     for (auto& b : batches) {
+      example::stopwatch step_clock;
+      const auto step_before = ddp.stats();
       const auto x = b.x.slice(0, rank * per_rank, (rank + 1) * per_rank).contiguous();
       const auto y = b.y.slice(0, rank * per_rank, (rank + 1) * per_rank).contiguous();
       auto loss = tk::autograd::cross_entropy((*model)(tk::var<float>(x)), y);
@@ -100,9 +117,17 @@ void train(dist::mpi& comm, const example::flags& f) {
       ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
       opt.step();
       schedule.step(opt);
-      sums[0] += double(loss.item()) * double(per_rank);
+      const double loss_value = loss.item();
+      sums[0] += loss_value * double(per_rank);
       sums[1] += double(per_rank);
+      const auto step_after = ddp.stats();
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = per_rank, .loss = loss_value,
+                                 .learning_rate = opt.lr(),
+                                 .communication_seconds = step_after.comm_seconds - step_before.comm_seconds,
+                                 .bytes_sent = step_after.bytes_sent - step_before.bytes_sent});
+      if (run.step_done()) return true;  // a rank was signalled: snapshot written, all stop
     }
+    if (sums[1] == 0) continue;  // resumed at the very end of an epoch
     const double secs = clock.seconds();
     const auto after = ddp.stats();
     comm.allreduce(sums, 2, dist::reduce_op::sum).wait();
@@ -120,6 +145,10 @@ void train(dist::mpi& comm, const example::flags& f) {
         (long long)epoch + 1, sums[0] / sums[1], 100.0 * correct / double(test_set.size()), sums[1] / secs,
         100.0 * comm_s / secs, 100.0 * exposed_s / secs, mib);
   }
+  run.finish();
+  ddp.sync_buffers();
+  say("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
+  return false;
 }
 
 }  // namespace
@@ -129,7 +158,8 @@ int main(int argc, char** argv) try {
   example::flags f(argc, argv,
                    {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "64"},
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
-                    {"compression", "none"}, {"overlap", "1"}});
+                    {"compression", "none"}, {"overlap", "1"}, {"snapshot-dir", ""}, {"resume", "0"},
+                    {"snapshot-every", "100"}, {"metrics-port", "0"}});
   dist::mpi comm;
   const std::string c = f.str("compression");
   if (c == "none") train<dist::none>(comm, f);

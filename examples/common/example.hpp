@@ -3,13 +3,18 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include <trainkit/trainkit.hpp>
+#if TRAINKIT_EXAMPLE_HTTP  // set by examples/CMakeLists.txt when trainkit::monitor_http is linked
+#include <trainkit/monitor/http_exporter.hpp>  // run_monitor: /metrics over HTTP (cpp-httplib)
+#endif
 
 namespace example {
 
@@ -46,6 +51,40 @@ class flags {
   std::map<std::string, std::string> values_;
 };
 
+#if TRAINKIT_EXAMPLE_HTTP
+using monitor_options = trainkit::monitor::run_monitor_options;
+using run_monitor = trainkit::monitor::run_monitor;
+#else
+struct monitor_options {
+  int port = 0;
+  std::string host = "0.0.0.0";
+  std::string jsonl_path = {};
+  bool gpu = true;
+};
+/// Built without cpp-httplib: the same metrics and JSON lines, and no HTTP server - asking for
+/// one (--metrics-port) is an error rather than a silently missing endpoint.
+class run_monitor {
+ public:
+  explicit run_monitor(const monitor_options& o = {}) : metrics_(reg_, {.gpu = o.gpu}) {
+    if (o.port > 0)
+      throw std::invalid_argument("--metrics-port " + std::to_string(o.port) +
+                                  ": this build has no HTTP exporter (Debian: libcpp-httplib-dev, then rebuild)");
+    if (!o.jsonl_path.empty()) log_.emplace(o.jsonl_path);
+  }
+  trainkit::monitor::training_metrics& metrics() noexcept { return metrics_; }
+  int port() const noexcept { return 0; }
+  void log(std::int64_t step, std::int64_t epoch) {
+    metrics_.set_epoch(epoch);
+    if (log_) log_->log(reg_, {{"step", double(step)}, {"epoch", double(epoch)}});
+  }
+
+ private:
+  trainkit::monitor::registry reg_;
+  trainkit::monitor::training_metrics metrics_;
+  std::optional<trainkit::monitor::jsonl_logger> log_;
+};
+#endif
+
 /// Seconds since construction.
 class stopwatch {
  public:
@@ -54,6 +93,20 @@ class stopwatch {
  private:
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
 };
+
+/// FNV-1a over the bytes of every parameter and buffer (state_dict order): equal digests mean
+/// bit-identical models, e.g. a run that was interrupted and resumed against one that was not.
+template <class Model>
+std::uint64_t digest(const Model& model) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, t] : model.state_dict()) {
+    const auto c = t.contiguous();
+    const auto* p = reinterpret_cast<const unsigned char*>(c.data());
+    for (std::size_t i = 0; i < static_cast<std::size_t>(c.numel()) * sizeof(*c.data()); ++i)
+      h = (h ^ p[i]) * 1099511628211ull;
+  }
+  return h;
+}
 
 /// The plain forward: the module's own operator().
 struct plain_forward {
