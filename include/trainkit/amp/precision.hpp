@@ -80,7 +80,7 @@ using policy_of = std::conditional_t<K == precision_kind::fp32, fp32,
 /// Calls f with a value of the policy type that k names (f(fp32{}), f(mixed_fp16{}) or
 /// f(mixed_bf16{})), so a program turns its --precision flag into a template argument once:
 ///
-///   amp::visit_precision(amp::parse_precision(arg), [&]<class P>(P) { train<P>(...); });
+///   `amp::visit_precision(amp::parse_precision(arg), [&]<class P>(P) { train<P>(...); });`
 ///
 /// f must return the same type for the three policies.
 template <class F>

@@ -8,7 +8,7 @@ namespace trainkit::backend {
 
 /// Per-device GEMM on row-major matrices: C = alpha * op(A) * op(B) + beta * C, where op(A) is
 /// M x K and op(B) is K x N; lda/ldb/ldc are the row strides of A, B, C as stored.
-/// A model provides  template <class T> static void gemm(bool trans_a, bool trans_b, index_t m,
+/// A model provides  `template <class T>` static void gemm(bool trans_a, bool trans_b, index_t m,
 ///   index_t n, index_t k, float alpha, const T* a, index_t lda, const T* b, index_t ldb,
 ///   float beta, T* c, index_t ldc);
 template <class Device>

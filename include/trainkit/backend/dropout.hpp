@@ -9,7 +9,7 @@
 namespace trainkit::backend {
 
 /// Per-device dropout mask. A model provides
-///   template <class T> static void mask(std::uint64_t seed, std::uint64_t offset, index_t n,
+///   `template <class T>` static void mask(std::uint64_t seed, std::uint64_t offset, index_t n,
 ///       float keep, double scale, T* out);
 ///     out[i] = bernoulli_at(seed, offset, i, keep) ? scale : 0  (core/generator.hpp's stream
 ///     rule, so every device draws the same mask from the same generator state).

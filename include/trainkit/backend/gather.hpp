@@ -10,11 +10,11 @@
 namespace trainkit::backend {
 
 /// Per-device indexed kernels. Indices are validated by the caller. A model provides
-///   template <class T> static void gather_rows(const T* table, index_t cols, const std::int64_t* idx,
+///   `template <class T>` static void gather_rows(const T* table, index_t cols, const std::int64_t* idx,
 ///       index_t n, T* out);            out[i, :] = table[idx[i], :]  (rows of `cols` dense elements)
-///   template <class T> static void scatter_add_rows(const T* src, index_t cols, const std::int64_t* idx,
+///   `template <class T>` static void scatter_add_rows(const T* src, index_t cols, const std::int64_t* idx,
 ///       index_t n, T* table);          table[idx[i], :] += src[i, :]  (repeated indices accumulate)
-///   template <class T> static void one_hot(const std::int64_t* target, index_t n, index_t classes,
+///   `template <class T>` static void one_hot(const std::int64_t* target, index_t n, index_t classes,
 ///       index_t inner, double on, double off, std::int64_t ignore_index, T* out);
 ///     out viewed as [n, classes, inner]: out[i, c, j] = c == target[i * inner + j] ? on : off,
 ///     and 0 for the whole (i, :, j) column when the target equals ignore_index.

@@ -25,13 +25,13 @@ struct conv2d_geometry {
 };
 
 /// Per-device unfold (im2col) and fold (col2im). A model provides
-///   template <class T> static void unfold(const conv2d_geometry& g, index_t batch, const T* x,
+///   `template <class T>` static void unfold(const conv2d_geometry& g, index_t batch, const T* x,
 ///       T* col, index_t ld, index_t image_stride);
 ///     for each image n of x (dense [batch, C, H, W]) writes its column matrix
 ///     [C*kh*kw, OH*OW] at col + n * image_stride with row stride ld; padding reads as zero.
 ///     (ld = OH*OW, image_stride = C*kh*kw*OH*OW: one matrix per image; ld = batch*OH*OW,
 ///     image_stride = OH*OW: one wide matrix whose columns are (image, pixel).)
-///   template <class T> static void fold(const conv2d_geometry& g, index_t batch, const T* col,
+///   `template <class T>` static void fold(const conv2d_geometry& g, index_t batch, const T* col,
 ///       index_t ld, index_t image_stride, T* x);
 ///     the adjoint: overwrites each image of x with the sum of the column entries that read it.
 template <class Device>
@@ -43,13 +43,13 @@ struct im2col {
 /// Per-device 2-D convolution passes (a CUDA model calls cuDNN; the host one is im2col + GEMM).
 /// x is dense [batch, C, H, W], w dense [O, C/groups, kh, kw], y / gy dense [batch, O, OH, OW].
 /// A model provides
-///   template <class T> static void forward(const conv2d_geometry& g, index_t groups, index_t batch,
+///   `template <class T>` static void forward(const conv2d_geometry& g, index_t groups, index_t batch,
 ///       index_t out_channels, const T* x, const T* w, const T* bias /*optional*/, T* y);
-///   template <class T> static void backward_input(const conv2d_geometry& g, index_t groups,
+///   `template <class T>` static void backward_input(const conv2d_geometry& g, index_t groups,
 ///       index_t batch, index_t out_channels, const T* gy, const T* w, T* gx);      gx overwritten
-///   template <class T> static void backward_weight(const conv2d_geometry& g, index_t groups,
+///   `template <class T>` static void backward_weight(const conv2d_geometry& g, index_t groups,
 ///       index_t batch, index_t out_channels, const T* gy, const T* x, T* gw);      gw overwritten
-///   template <class T> static void backward_bias(index_t batch, index_t out_channels, index_t pixels,
+///   `template <class T>` static void backward_bias(index_t batch, index_t out_channels, index_t pixels,
 ///       const T* gy, T* gb);           gb[o] = sum of gy[n, o, :] over n (overwritten)
 template <class Device>
 struct convolution {

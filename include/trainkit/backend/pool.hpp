@@ -18,14 +18,14 @@ struct pool2d_geometry {
 };
 
 /// Per-device pooling over `planes` dense planes. A model provides
-///   template <class T> static void max_forward(const pool2d_geometry& g, index_t planes, const T* x,
+///   `template <class T>` static void max_forward(const pool2d_geometry& g, index_t planes, const T* x,
 ///       T* y, std::int64_t* argmax);
 ///     y = the largest value of each window (padding never wins; the first NaN does);
 ///     argmax = its index h * width + w within the plane.
-///   template <class T> static void max_backward(const pool2d_geometry& g, index_t planes, const T* gy,
+///   `template <class T>` static void max_backward(const pool2d_geometry& g, index_t planes, const T* gy,
 ///       const std::int64_t* argmax, T* gx);   overwrites gx with the scatter-add of gy
-///   template <class T> static void avg_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y);
-///   template <class T> static void avg_backward(const pool2d_geometry& g, index_t planes, const T* gy, T* gx);
+///   `template <class T>` static void avg_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y);
+///   `template <class T>` static void avg_backward(const pool2d_geometry& g, index_t planes, const T* gy, T* gx);
 ///     average over the window including padding (divisor kernel_h * kernel_w, PyTorch's
 ///     count_include_pad=true); gx is overwritten.
 template <class Device>
