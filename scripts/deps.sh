@@ -8,6 +8,7 @@ TRAINKIT_DEBIAN_PACKAGES=(
   cmake             # >= 3.25
   ninja-build
   pkg-config        # the pkg-config package test
+  doxygen           # the API reference: scripts/docs.sh, ctest docs_doxygen (fails on any warning)
   libopenblas-dev   # CBLAS: GEMM and friends
   libopenblas-openmp-dev  # the OpenMP build of OpenBLAS: shares the thread pool with our kernels
   catch2            # Catch2 v2, <catch2/catch.hpp>
@@ -16,6 +17,8 @@ TRAINKIT_DEBIAN_PACKAGES=(
   libopenmpi-dev    # MPI communicator (dist/mpi.hpp) and the multi-process tests
   openmpi-bin       # mpirun
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist/*.gz for tests and examples
+  libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
+  prometheus        # a real Prometheus server scrapes a training run in tests/monitor
 )
 
 # trainkit_package_installed <pkg>: true when dpkg reports it fully installed.

@@ -30,6 +30,12 @@ jobs="${JOBS:-2}"
 # shellcheck source=scripts/deps.sh
 source "$repo_root/scripts/deps.sh"
 trainkit_install_deps || exit 1
+# Conan (PyPI) for the package_conan_create test; best effort: without it that test is skipped,
+# visibly, and everything else runs.
+if ! command -v conan >/dev/null 2>&1; then
+  python3 -m pip install --quiet conan >/dev/null 2>&1 ||
+    echo "test.sh: could not pip install conan; package_conan_create will be skipped"
+fi
 
 # suite <name> <build dir> <ctest args...> -- <cmake configure args...>
 # Configures, builds and runs ctest (even after a failed build: whatever did build is tested); the
