@@ -15,12 +15,23 @@
 namespace trainkit::backend {
 
 namespace detail {
-/// One thread pool for the whole library. OpenBLAS (the pthreads build) keeps its own workers
-/// spinning for a while after each call; next to OpenMP's workers on the same cores the two
-/// pools fight: on 2 cores a 1.8 MB copy right after a GEMM measured 100x slower (8 ms instead
-/// of 0.08 ms). So OpenBLAS runs single-threaded and gemm below splits large products over
-/// OpenMP threads itself (and stays single-threaded inside a parallel region, so kernels such
-/// as convolution can run one GEMM per thread).
+/// Whether OpenBLAS threads through OpenMP (Debian's libopenblas-openmp-dev, which the build
+/// prefers): then its threads are OpenMP's own pool, it runs single-threaded by itself inside a
+/// parallel region, and gemm simply calls it. (openblas_get_parallel(): 0 sequential, 1 pthreads,
+/// 2 OpenMP.)
+inline bool blas_threads_are_openmp() {
+  static const bool openmp = openblas_get_parallel() == 2;
+  return openmp;
+}
+
+/// With any other OpenBLAS build, one thread pool for the whole library. The pthreads build keeps
+/// its own workers spinning for a while after each call; next to OpenMP's workers on the same
+/// cores the two pools fight: on 2 cores a 1.8 MB copy right after a GEMM measured 100x slower
+/// (8 ms instead of 0.08 ms). So that OpenBLAS runs single-threaded and gemm below splits large
+/// products over OpenMP threads itself (and stays single-threaded inside a parallel region, so
+/// kernels such as convolution can run one GEMM per thread).
+/// Never called for the OpenMP build: there openblas_set_num_threads(1) is omp_set_num_threads(1),
+/// which would leave every later OpenMP region of the calling thread with a single thread.
 inline void use_single_threaded_blas() {
   static const bool once = [] {
     openblas_set_num_threads(1);
@@ -40,6 +51,10 @@ struct blas<cpu> {
                    index_t lda, const T* b, index_t ldb, double beta, T* c, index_t ldc) {
     if (m == 0 || n == 0) return;
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      if (detail::blas_threads_are_openmp()) {
+        call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+      }
       detail::use_single_threaded_blas();
       // Split C along its longer side: each thread then re-packs only the smaller operand.
       const bool by_rows = m >= n;
