@@ -20,6 +20,8 @@
 
 #include <trainkit/cuda.hpp>
 
+#include "../examples/common/fashion_cnn.hpp"  // the model of the CNN examples
+
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
 using tk::cuda;
@@ -84,16 +86,7 @@ auto make_mlp() {
 
 auto make_cnn() {
   tk::manual_seed(1);
-  return nn::make_sequential(
-      std::make_shared<nn::conv2d<float, cuda>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<float, cuda>>(32), std::make_shared<nn::relu<float, cuda>>(),
-      std::make_shared<nn::max_pool2d<float, cuda>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::conv2d<float, cuda>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<float, cuda>>(64), std::make_shared<nn::relu<float, cuda>>(),
-      std::make_shared<nn::max_pool2d<float, cuda>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::flatten<float, cuda>>(), std::make_shared<nn::linear<float, cuda>>(64 * 7 * 7, 128),
-      std::make_shared<nn::relu<float, cuda>>(), std::make_shared<nn::dropout<float, cuda>>(0.2),
-      std::make_shared<nn::linear<float, cuda>>(128, 10));
+  return example::fashion_cnn<cuda>();
 }
 
 }  // namespace

@@ -42,6 +42,8 @@
 
 #include "trainkit/trainkit.hpp"
 
+#include "../examples/common/fashion_cnn.hpp"  // the model of the CNN example
+
 namespace {
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
@@ -157,19 +159,8 @@ void run_epochs(benchmark::State& st, const loaded& d, td::any_transform transfo
 void bm_loader_fashion_mnist(benchmark::State& st) { run_epochs(st, fashion_mnist(), {}); }
 void bm_loader_cifar10(benchmark::State& st) { run_epochs(st, cifar10(), cifar10_augment()); }
 
-/// The CNN of examples/fashion_mnist_cnn.cpp: [N,1,28,28] -> conv block (32) -> conv block (64)
-/// -> 3136 -> 128 -> dropout -> 10.
-std::shared_ptr<nn::sequential<float>> fashion_cnn() {
-  return nn::make_sequential(
-      std::make_shared<nn::conv2d<>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<>>(32), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::conv2d<>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<>>(64), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}), std::make_shared<nn::flatten<>>(),
-      std::make_shared<nn::linear<>>(64 * 7 * 7, 128), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::dropout<>>(0.2), std::make_shared<nn::linear<>>(128, 10));
-}
+/// The CNN of examples/fashion_mnist_cnn.cpp.
+std::shared_ptr<nn::sequential<float>> fashion_cnn() { return example::fashion_cnn(); }
 
 /// steps_per_iteration training steps per iteration, after a few untimed warm-up steps.
 void bm_cnn_data_wait(benchmark::State& st) {

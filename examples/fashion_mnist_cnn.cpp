@@ -18,6 +18,7 @@
 #include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data
 
 #include "common/example.hpp"  // flags, stopwatch, accuracy
+#include "common/fashion_cnn.hpp"  // the model
 
 namespace tk = trainkit;
 using tk::index_t;
@@ -42,16 +43,7 @@ int main(int argc, char** argv) try {
               (long long)train.images.size(2), (long long)train.images.size(3));
 
   // Model: [N,1,28,28] -> conv block (32) -> [N,32,14,14] -> conv block (64) -> [N,64,7,7] -> MLP head.
-  namespace nn = tk::nn;
-  auto model = nn::make_sequential(
-      std::make_shared<nn::conv2d<>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<>>(32), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::conv2d<>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<>>(64), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}), std::make_shared<nn::flatten<>>(),
-      std::make_shared<nn::linear<>>(64 * 7 * 7, 128), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::dropout<>>(0.2), std::make_shared<nn::linear<>>(128, 10));
+  auto model = example::fashion_cnn();
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
 
   const index_t batch = f.num("batch"), epochs = f.num("epochs");

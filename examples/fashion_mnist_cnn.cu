@@ -14,7 +14,8 @@
 
 #include <trainkit/cuda.hpp>  // tensors, autograd, nn, optim, data + the CUDA backend
 
-#include "common/example.hpp"  // flags, stopwatch
+#include "common/example.hpp"      // flags, stopwatch
+#include "common/fashion_cnn.hpp"  // the model
 
 namespace tk = trainkit;
 using tk::cuda;
@@ -69,17 +70,7 @@ int main(int argc, char** argv) try {
   // Model: [N,1,28,28] -> conv block (32) -> [N,32,14,14] -> conv block (64) -> [N,64,7,7] -> MLP head,
   // its parameters drawn on the host from the seeded generator (the CPU example's values) and
   // copied to the GPU.
-  namespace nn = tk::nn;
-  auto model = nn::make_sequential(
-      std::make_shared<nn::conv2d<float, cuda>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<float, cuda>>(32), std::make_shared<nn::relu<float, cuda>>(),
-      std::make_shared<nn::max_pool2d<float, cuda>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::conv2d<float, cuda>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<float, cuda>>(64), std::make_shared<nn::relu<float, cuda>>(),
-      std::make_shared<nn::max_pool2d<float, cuda>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::flatten<float, cuda>>(), std::make_shared<nn::linear<float, cuda>>(64 * 7 * 7, 128),
-      std::make_shared<nn::relu<float, cuda>>(), std::make_shared<nn::dropout<float, cuda>>(0.2),
-      std::make_shared<nn::linear<float, cuda>>(128, 10));
+  auto model = example::fashion_cnn<cuda>();
   std::printf("parameters: %lld  device: %d multiprocessors\n", (long long)model->num_parameters(),
               tk::gpu::current_device_info().multiprocessors);
 

@@ -27,26 +27,13 @@
 #include <trainkit/dist/mpi.hpp>              // the MPI communicator
 
 #include "common/example.hpp"  // flags, stopwatch, accuracy
+#include "common/fashion_cnn.hpp"  // the model of fashion_mnist_cnn
 
 namespace tk = trainkit;
 namespace dist = trainkit::dist;
 using tk::index_t;
 
 namespace {
-
-// The model of fashion_mnist_cnn: [N,1,28,28] -> conv block (32) -> conv block (64) -> MLP head.
-auto make_model() {
-  namespace nn = tk::nn;
-  return nn::make_sequential(
-      std::make_shared<nn::conv2d<>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<>>(32), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}),
-      std::make_shared<nn::conv2d<>>(32, 64, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
-      std::make_shared<nn::batch_norm2d<>>(64), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}), std::make_shared<nn::flatten<>>(),
-      std::make_shared<nn::linear<>>(64 * 7 * 7, 128), std::make_shared<nn::relu<>>(),
-      std::make_shared<nn::dropout<>>(0.2), std::make_shared<nn::linear<>>(128, 10));
-}
 
 template <class Compression>
 bool train(dist::mpi& comm, const example::flags& f) {
@@ -67,7 +54,7 @@ bool train(dist::mpi& comm, const example::flags& f) {
   // Every rank builds the model; data_parallel checks that they match and broadcasts rank 0's
   // parameters and BatchNorm statistics. Dropout masks differ per rank (seed + rank).
   tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")));
-  auto model = make_model();
+  auto model = example::fashion_cnn();
   dist::data_parallel<dist::mpi, Compression> ddp(comm, *model, {.overlap = f.num("overlap") != 0});
   tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")) * 1000 + static_cast<std::uint64_t>(rank));
   say("%d rank(s), compression %s, %lld parameters in %zu gradient bucket(s); train %lld, test %lld images\n",
