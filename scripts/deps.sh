@@ -18,7 +18,8 @@ TRAINKIT_DEBIAN_PACKAGES=(
   openmpi-bin       # mpirun
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist/*.gz for tests and examples
   libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
-  prometheus        # a real Prometheus server scrapes a training run in tests/monitor
+  prometheus        # a real Prometheus server scrapes a training run (tests/monitor, examples/)
+  curl              # the example test asks the Prometheus HTTP API
 )
 
 # trainkit_package_installed <pkg>: true when dpkg reports it fully installed.
