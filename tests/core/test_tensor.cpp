@@ -257,3 +257,32 @@ TEST_CASE("memory accounting counts live bytes and the peak", "[tensor][allocato
   REQUIRE(allocator<cpu>::stats().allocated == before);
   REQUIRE(allocator<cpu>::stats().peak >= before + 4096);
 }
+
+namespace {
+int released_calls = 0;
+std::size_t released_bytes = 0;
+}  // namespace
+
+TEST_CASE("storage adopts memory with its own release function, called once, uncounted", "[tensor][storage]") {
+  released_calls = 0;
+  const auto before = allocator<cpu>::stats().allocated;
+  {
+    auto* p = new float[6]{1, 2, 3, 4, 5, 6};
+    auto st = std::make_shared<storage<float, cpu>>(p, 6, [](void* q, std::size_t bytes) noexcept {
+      delete[] static_cast<float*>(q);
+      ++released_calls;
+      released_bytes = bytes;
+    });
+    auto t = tensor<float>::from_storage(st, {2, 3}, {3, 1}, 0);
+    st.reset();
+    CHECK(allocator<cpu>::stats().allocated == before);  // not the allocator's memory
+    auto v = t.transpose(0, 1).contiguous();             // views and copies work as usual
+    CHECK(v.to_vector() == std::vector<float>{1, 4, 2, 5, 3, 6});
+    auto u = t;  // shares the storage
+    t = tensor<float>();
+    CHECK(released_calls == 0);
+    CHECK(u.data()[5] == 6.0f);
+  }
+  CHECK(released_calls == 1);
+  CHECK(released_bytes == 6 * sizeof(float));
+}

@@ -203,6 +203,31 @@ TEST_CASE("host <-> device transfers: small, large (staged) and odd sizes round-
   REQUIRE(pb.data() != nullptr);
 }
 
+TEST_CASE("a data_loader with pinned_memory hands out page-locked batches with the pageable contents",
+          "[cuda][transfer][loader]") {
+  std::mt19937 rng(5);
+  const auto x = cuda_test::random<float>({40, 3, 4, 4}, rng);
+  auto y = tk::tensor<std::int64_t>::empty({40});
+  for (index_t i = 0; i < 40; ++i) y.data()[i] = i % 10;
+  namespace data = tk::data;
+  const data::loader_options o{.batch_size = 16, .num_workers = 2, .seed = 9};
+  data::data_loader<data::tensor_dataset, data::distributed_sampler, tk::gpu::pinned_memory> pinned(
+      data::tensor_dataset(x, y), data::distributed_sampler(40, {.seed = 3}), o);
+  data::data_loader<data::tensor_dataset, data::distributed_sampler> pageable(
+      data::tensor_dataset(x, y), data::distributed_sampler(40, {.seed = 3}), o);
+  for (int k = 0; k < 3; ++k) {  // 16 + 16 + 8
+    const auto a = pinned.next(), b = pageable.next();
+    REQUIRE(tk::backend::gpu::detail::is_pinned(a.x.data()));
+    REQUIRE(tk::backend::gpu::detail::is_pinned(a.y.data()));
+    REQUIRE_FALSE(tk::backend::gpu::detail::is_pinned(b.x.data()));
+    REQUIRE(cuda_test::identical(a.x, b.x));
+    REQUIRE(a.y.to_vector() == b.y.to_vector());
+    // One asynchronous DMA each; the host batch may go at once (cudaFreeHost waits for it).
+    const auto dx = a.x.to<cuda>();
+    REQUIRE(cuda_test::identical(dx.to<cpu>(), b.x));
+  }
+}
+
 TEST_CASE("streams and events order work; the current stream is per thread", "[cuda][stream]") {
   REQUIRE(tk::gpu::current_stream() == nullptr);
   tk::gpu::stream s1, s2;

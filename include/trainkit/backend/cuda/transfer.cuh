@@ -8,6 +8,10 @@
 //   device -> host returns once the destination holds the data (it waits for the current stream);
 //   device -> device is asynchronous on the current stream.
 // Small copies (<= 256 KiB) go straight through cudaMemcpyAsync, which stages them itself.
+// A source in page-locked memory (gpu::pinned_memory: the batches of a CUDA data_loader) is copied
+// by one asynchronous DMA, like PyTorch's non_blocking=True from pinned memory: the source may be
+// dropped at once (cudaFreeHost waits for the copy) but must not be written until the current
+// stream has passed the copy.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,11 +19,15 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <utility>
 
 #include "trainkit/backend/cuda/error.cuh"
 #include "trainkit/backend/cuda/stream.cuh"
+#include "trainkit/core/dtype.hpp"   // element
+#include "trainkit/core/shape.hpp"   // numel, contiguous_strides
+#include "trainkit/core/storage.hpp"
 #include "trainkit/core/tensor.hpp"
 
 namespace trainkit {
@@ -51,6 +59,29 @@ class pinned_buffer {
  private:
   void* p_ = nullptr;
   std::size_t size_ = 0;
+};
+
+/// The CUDA model of data::batch_memory: batches of a data_loader in page-locked host memory, so
+/// that batch.x.to<cuda>() is one asynchronous DMA on the current stream (no staging copy):
+///
+///   data::data_loader<data::tensor_dataset, data::distributed_sampler, gpu::pinned_memory> loader(...);
+///
+/// The memory is cudaMallocHost'd per batch and freed (cudaFreeHost, which waits for the copies
+/// in flight) when the last tensor that uses it goes; it is not counted by allocator<cpu>.
+struct pinned_memory {
+  static constexpr bool pinned = true;
+  template <element T>
+  static tensor<T> empty(shape sizes) {
+    const std::size_t n = static_cast<std::size_t>(numel(sizes));
+    if (n == 0) return tensor<T>::empty(std::move(sizes));
+    void* p = nullptr;
+    TRAINKIT_CUDA_CHECK_CTX(cudaMallocHost(&p, n * sizeof(T)),
+                            "pinned batch buffer of " << n * sizeof(T) << " bytes, shape " << to_string(sizes));
+    auto st = std::make_shared<storage<T, cpu>>(static_cast<T*>(p), n,
+                                                [](void* q, std::size_t) noexcept { (void)cudaFreeHost(q); });
+    shape strides = contiguous_strides(sizes);
+    return tensor<T>::from_storage(std::move(st), std::move(sizes), std::move(strides), 0);
+  }
 };
 
 namespace detail {
@@ -86,10 +117,23 @@ inline staging_area& staging() {
   return *s;
 }
 
+/// Whether p is page-locked host memory (cudaMallocHost, cudaHostRegister): the DMA engines read
+/// it directly, so a copy from it needs no staging and does not wait for the host.
+inline bool is_pinned(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unknown pointer is an error on some drivers: it is pageable
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost;
+}
+
 inline void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t st = current_stream();
-  if (bytes <= staging_area::direct_limit) {
+  // Small copies, and copies from pinned memory (batches of a data_loader<..., pinned_memory>),
+  // go straight to the DMA engine, asynchronously on the current stream.
+  if (bytes <= staging_area::direct_limit || is_pinned(src)) {
     TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, st),
                             "host -> device copy of " << bytes << " bytes");
     return;
