@@ -257,6 +257,60 @@ inline void compress_decode_add_int8(const std::uint8_t* in, index_t n, index_t 
   });
 }
 
+/// The sign bits of x[0, 8): bit j set when x[j] >= 0 (compress_sign_bit_fn: NaN 0, -0 1). With
+/// SSE2 two compares and two movemasks instead of eight compares, shifts and ors: packing was the
+/// largest part of 1-bit encoding.
+inline unsigned compress_sign_byte(const float* x) {
+#if TRAINKIT_HAS_SSE2
+  const __m128 zero = _mm_setzero_ps();
+  const int lo = _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x), zero));
+  const int hi = _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x + 4), zero));
+  return static_cast<unsigned>(lo | (hi << 4));
+#else
+  unsigned byte = 0;
+  for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(compress_sign_bit_fn{}(x[j])) << j;
+  return byte;
+#endif
+}
+
+/// For every byte of sign bits, its eight values 2 * bit - 1 (+-1): decoding multiplies a row by
+/// the block's scale, which vectorizes where extracting bit j of a byte (a variable shift) does
+/// not. scale * (+-1) is exact, so this is compress_sign_decode_fn bit for bit.
+struct compress_sign_table {
+  alignas(64) float v[256][8];
+};
+constexpr compress_sign_table make_compress_sign_table() {
+  compress_sign_table t{};
+  for (int b = 0; b < 256; ++b)
+    for (int j = 0; j < 8; ++j) t.v[b][j] = ((b >> j) & 1) ? 1.0f : -1.0f;
+  return t;
+}
+inline constexpr compress_sign_table compress_sign_lut = make_compress_sign_table();
+
+/// out[j] = scale * pm[j] (Add: out[j] += scale * pm[j]) for j < 8. GCC 12 leaves the plain loop
+/// scalar (four instructions an element), hence the SSE2 form: the same operations in the same
+/// order, four lanes at a time.
+template <bool Add>
+inline void compress_sign_row(float* out, const float* pm, float scale) {
+#if TRAINKIT_HAS_SSE2
+  const __m128 s = _mm_set1_ps(scale);
+  __m128 a = _mm_mul_ps(s, _mm_load_ps(pm)), b = _mm_mul_ps(s, _mm_load_ps(pm + 4));
+  if constexpr (Add) {
+    a = _mm_add_ps(_mm_loadu_ps(out), a);
+    b = _mm_add_ps(_mm_loadu_ps(out + 4), b);
+  }
+  _mm_storeu_ps(out, a);
+  _mm_storeu_ps(out + 4, b);
+#else
+  for (int j = 0; j < 8; ++j) {
+    if constexpr (Add)
+      out[j] += scale * pm[j];
+    else
+      out[j] = scale * pm[j];
+  }
+#endif
+}
+
 /// sign_1bit<B> on n elements (a multiple of B; B a multiple of 8).
 inline void compress_encode_sign(const float* x, index_t n, index_t B, std::uint8_t* out) {
   const index_t nb = n / B;
@@ -264,11 +318,7 @@ inline void compress_encode_sign(const float* x, index_t n, index_t B, std::uint
     const float* xb = x + b * B;
     std::uint8_t* ob = out + b * (4 + B / 8);
     compress_store_scale(ob, compress_block_abssum(xb, B) / static_cast<float>(B));
-    for (index_t k = 0; k < B / 8; ++k) {
-      unsigned byte = 0;
-      for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(compress_sign_bit_fn{}(xb[8 * k + j])) << j;
-      ob[4 + k] = static_cast<std::uint8_t>(byte);
-    }
+    for (index_t k = 0; k < B / 8; ++k) ob[4 + k] = static_cast<std::uint8_t>(compress_sign_byte(xb + 8 * k));
   });
 }
 /// compress_encode_sign, and the residual in the same pass (see compress_encode_int8_residual).
@@ -281,11 +331,7 @@ inline void compress_encode_sign_residual(const float* x, index_t n, index_t B, 
     const float scale = compress_block_abssum(xb, B) / static_cast<float>(B);
     compress_store_scale(ob, scale);
     const compress_sign_decode_fn dec{scale};
-    for (index_t k = 0; k < B / 8; ++k) {
-      unsigned byte = 0;
-      for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(compress_sign_bit_fn{}(xb[8 * k + j])) << j;
-      ob[4 + k] = static_cast<std::uint8_t>(byte);
-    }
+    for (index_t k = 0; k < B / 8; ++k) ob[4 + k] = static_cast<std::uint8_t>(compress_sign_byte(xb + 8 * k));
     for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], dec(compress_sign_bit_fn{}(xb[i])));
   });
 }
@@ -296,8 +342,7 @@ inline void compress_decode_sign(const std::uint8_t* in, index_t n, index_t B, f
     const compress_sign_decode_fn dec{compress_load_scale(ib)};
     float* ob = out + b * B;
     for (index_t k = 0; k < B / 8; ++k) {
-      const int byte = ib[4 + k];
-      for (int j = 0; j < 8; ++j) ob[8 * k + j] = dec(static_cast<int>((byte >> j) & 1u));
+      compress_sign_row<false>(ob + 8 * k, compress_sign_lut.v[ib[4 + k]], dec.scale);
     }
   });
 }
@@ -310,8 +355,7 @@ inline void compress_decode_add_sign(const std::uint8_t* in, index_t n, index_t 
     const compress_sign_decode_fn dec{compress_load_scale(ib)};
     float* ob = acc + b * B;
     for (index_t k = 0; k < B / 8; ++k) {
-      const int byte = ib[4 + k];
-      for (int j = 0; j < 8; ++j) ob[8 * k + j] += dec(static_cast<int>((byte >> j) & 1u));
+      compress_sign_row<true>(ob + 8 * k, compress_sign_lut.v[ib[4 + k]], dec.scale);
     }
   });
 }
