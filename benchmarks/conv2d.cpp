@@ -1,22 +1,19 @@
 // conv2d forward and forward+backward (im2col + GEMM) on the CNN example's layer shapes.
 #include <benchmark/benchmark.h>
 
-#include <random>
+#include <utility>  // std::move
+
 
 #include "trainkit/trainkit.hpp"
+
+#include "inputs.hpp"  // random_input
 
 namespace {
 namespace tk = trainkit;
 namespace ag = trainkit::autograd;
 using tk::index_t;
 
-tk::tensor<float> random_tensor(tk::shape s) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd;
-  std::vector<float> v(static_cast<std::size_t>(tk::numel(s)));
-  for (auto& x : v) x = nd(rng);
-  return tk::tensor<float>::from_vector(v, s);
-}
+tk::tensor<float> random_tensor(tk::shape s) { return bench::random_input(std::move(s), 3); }
 
 // Args: batch, in channels, out channels, spatial size (3x3 kernel, padding 1).
 void layers(benchmark::internal::Benchmark* b) { b->Args({128, 1, 32, 28})->Args({128, 32, 64, 14})->Args({32, 64, 64, 32}); }

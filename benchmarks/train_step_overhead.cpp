@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,23 +18,15 @@
 #include "trainkit/train/train.hpp"
 #include "trainkit/trainkit.hpp"
 
+#include "inputs.hpp"  // random_input, random_labels
+
 namespace {
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
 using tk::index_t;
 
-tk::tensor<float> random_input(tk::shape s) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd;
-  std::vector<float> v(static_cast<std::size_t>(tk::numel(s)));
-  for (auto& x : v) x = nd(rng);
-  return tk::tensor<float>::from_vector(v, s);
-}
-tk::tensor<std::int64_t> random_labels(index_t n) {
-  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
-  for (index_t i = 0; i < n; ++i) v[std::size_t(i)] = (i * 7) % 10;
-  return tk::tensor<std::int64_t>::from_vector(v);
-}
+using bench::random_input;
+using bench::random_labels;
 std::shared_ptr<nn::sequential<float>> make_mlp() {
   tk::set_seed(1);
   return nn::make_sequential(std::make_shared<nn::linear<>>(784, 512), std::make_shared<nn::relu<>>(),
