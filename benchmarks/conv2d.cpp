@@ -3,7 +3,6 @@
 
 #include <utility>  // std::move
 
-
 #include "trainkit/trainkit.hpp"
 
 #include "inputs.hpp"  // random_input
