@@ -12,26 +12,28 @@
 // RNG) there every N steps and on SIGTERM/SIGINT (then exits 0); --resume continues from the newest
 // good snapshot, bit-exactly. --metrics-port serves Prometheus metrics on /metrics.
 // The loop is written out by hand; fashion_mnist_mlp shows the same job through train::train_step.
+//
+// Reading order: train<Precision>() is the whole job, top to bottom; main() parses the flags and
+// picks which train() to run.
 #include <cstdio>
 #include <exception>
 
-#include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data
+#include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train::accuracy
 
-#include "common/example.hpp"  // flags, stopwatch, accuracy
+#include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
 #include "common/fashion_cnn.hpp"  // the model
 
 namespace tk = trainkit;
 using tk::index_t;
 
-int main(int argc, char** argv) try {
-  example::flags f(argc, argv,
-                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "128"},
-                    {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
-                    {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
-                    {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""}});
-  const auto precision = tk::amp::parse_precision(f.str("precision"));
-  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
-  tk::set_seed(static_cast<std::uint64_t>(f.num("seed")));  // every stream: init, dropout, data order
+namespace {
+
+/// The whole training job for one precision policy (a type: the loop is compiled once per policy).
+/// \tparam Precision amp::fp32, amp::mixed_fp16 or amp::mixed_bf16
+template <class Precision>
+int train(const example::flags& f, const tk::checkpoint::recompute_choice& recompute) {
+  const auto seed = static_cast<std::uint64_t>(f.num("seed"));
+  tk::set_seed(seed);  // every stream: init, dropout
 
   // Data: pixels scaled to [0, 1], then standardised with the training set's mean and std.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
@@ -46,67 +48,91 @@ int main(int argc, char** argv) try {
   auto model = example::fashion_cnn();
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
 
+  // Batches: the sampler decides the order (a fresh seeded shuffle per epoch; one process is one
+  // replica), the loader copies each batch into one buffer on a worker thread while the step runs.
   const index_t batch = f.num("batch"), epochs = f.num("epochs");
-  tk::data::batch_iterator batches(train.images, train.labels, batch, /*shuffle=*/true,
-                                   static_cast<std::uint64_t>(f.num("seed")));
-  const index_t steps = epochs * static_cast<index_t>(batches.size());
+  tk::data::data_loader batches(train, tk::data::shuffled_sampler(train.size(), seed),
+                                {.batch_size = batch, .num_workers = 1});
+  const index_t steps = epochs * batches.size();
   tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
   tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
   schedule.apply(opt);
+  tk::amp::default_scaler_t<Precision> scaler;  // dynamic loss scaling for fp16, none for fp32/bf16
 
-  std::printf("precision %s  checkpoint %s\n", std::string(tk::amp::to_string(precision)).c_str(),
+  std::printf("precision %s  checkpoint %s\n", std::string(Precision::name).c_str(),
               tk::checkpoint::to_string(recompute).c_str());
   example::run_monitor monitor({.port = static_cast<int>(f.num("metrics-port")), .jsonl_path = f.str("metrics-log")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
 
-  // The precision is a type: the loop below is compiled once per policy and picked at run time.
-  const bool stopped = tk::amp::visit_precision(precision, [&]<class P>(P) {
-    tk::amp::default_scaler_t<P> scaler;  // dynamic loss scaling for fp16, none for fp32/bf16
-    tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
-                               .every_steps = f.num("snapshot-every")});
-    run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
-        .track("scaler", scaler).track("batches", batches);
-    run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
-    for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
-      if (epoch != batches.epoch()) batches.set_epoch(epoch);
-      example::stopwatch clock;
-      double loss_sum = 0;
-      index_t seen = 0;
-      for (auto& b : batches) {
-        example::stopwatch step_clock;
-        // One step, written out: forward (conv/linear in P's compute type, segments recomputed
-        // per the policy), fp32 loss, scaled backward, unscale + inf check + step, schedule.
-        auto logits = tk::checkpoint::apply_recompute(recompute, *model, tk::var<float>(b.x),
-                                                      tk::amp::module_forward<P>{});
-        auto loss = tk::autograd::cross_entropy(logits, b.y);
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        schedule.step(opt);
-        const double loss_value = loss.item();
-        loss_sum += loss_value * double(b.x.size(0));
-        seen += b.x.size(0);
-        monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0), .loss = loss_value,
-                                   .learning_rate = opt.lr(), .loss_scale = scaler.get_scale()});
-        if (run.step_done()) return true;  // SIGTERM/SIGINT: snapshot written, exit cleanly
+  // Snapshots: everything the next step depends on, including where the loader is in its epoch.
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
+                             .every_steps = f.num("snapshot-every")});
+  run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
+      .track("scaler", scaler).track("batches", batches);
+  run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
+
+  for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
+    if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    example::stopwatch clock;
+    double loss_sum = 0;
+    index_t seen = 0;
+    double waited = batches.wait_seconds();
+    for (auto& b : batches) {
+      example::stopwatch step_clock;
+      // One step, written out: forward (conv/linear in Precision's compute type, segments
+      // recomputed per the policy), fp32 loss, scaled backward, unscale + inf check + step, schedule.
+      auto logits = tk::checkpoint::apply_recompute(recompute, *model, tk::var<float>(b.x),
+                                                    tk::amp::module_forward<Precision>{});
+      auto loss = tk::autograd::cross_entropy(logits, b.y);
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      schedule.step(opt);
+      const double loss_value = loss.item();
+      loss_sum += loss_value * double(b.x.size(0));
+      seen += b.x.size(0);
+      // The time next() waited for this batch: near 0 while the worker keeps ahead of the step.
+      const double data_wait = batches.wait_seconds() - waited;
+      waited = batches.wait_seconds();
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),
+                                 .loss = loss_value, .learning_rate = opt.lr(), .loss_scale = scaler.get_scale(),
+                                 .data_wait_seconds = data_wait});
+      if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+        std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
+        return 0;
       }
-      monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
-      if (seen == 0) continue;  // resumed at the very end of an epoch
-      const double secs = clock.seconds();
-      const double acc = example::accuracy(*model, test.images, test.labels, tk::amp::module_forward<P>{});
-      std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
-                  loss_sum / double(seen), 100 * acc, double(seen) / secs);
-      std::fflush(stdout);
     }
-    run.finish();
-    return false;
-  });
+    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
+    if (seen == 0) continue;  // resumed at the very end of an epoch
+    const double secs = clock.seconds();
+    const double acc = tk::train::accuracy(*model, test.images, test.labels, tk::amp::module_forward<Precision>{});
+    std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
+                loss_sum / double(seen), 100 * acc, double(seen) / secs);
+    std::fflush(stdout);
+  }
+  run.finish();
   // Bit-exact resume shows here: an interrupted and resumed run prints the same digest.
-  std::printf("%s  parameters digest %016llx\n", stopped ? "stopped" : "done",
-              (unsigned long long)example::digest(*model));
+  std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  example::flags f(argc, argv,
+                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "128"},
+                    {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
+                    {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
+                    {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""}});
+  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
+  switch (tk::amp::parse_precision(f.str("precision"))) {
+    case tk::amp::precision_kind::fp32: return train<tk::amp::fp32>(f, recompute);
+    case tk::amp::precision_kind::fp16: return train<tk::amp::mixed_fp16>(f, recompute);
+    case tk::amp::precision_kind::bf16: return train<tk::amp::mixed_bf16>(f, recompute);
+  }
+  return 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist_cnn: %s\n", e.what());
   return 1;

@@ -2,19 +2,25 @@
 //
 //   build/examples/fashion_mnist_cnn_cuda --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N] [--tf32]
+//       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
 //
 // The same model, data, optimizer and schedule as the CPU example - only the device type differs:
 // layers are nn::conv2d<float, cuda> etc., each batch is copied to the GPU, and everything else
 // (cuDNN convolutions, cuBLASLt GEMMs, our kernels for the rest) follows from the tensor type.
 // --precision bf16 runs convolutions and linear layers in bfloat16 with fp32 master weights
 // (cuDNN and cuBLASLt take the 16-bit operands directly); fp16 adds dynamic loss scaling.
-// Prints loss, test accuracy and samples/s per epoch. Exit code 77 without a CUDA device.
+// Prints loss, test accuracy, samples/s and peak GPU memory per epoch. Snapshots, resume and
+// metrics as in the CPU example. Exit code 77 without a CUDA device.
+//
+// Reading order: train<Precision>() is the whole job, top to bottom; main() parses the flags and
+// picks which train() to run.
+#include <cmath>  // NAN: the loss of a step nobody watches is not read back
 #include <cstdio>
 #include <exception>
 
-#include <trainkit/cuda.hpp>  // tensors, autograd, nn, optim, data + the CUDA backend
+#include <trainkit/cuda.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train + the CUDA backend
 
-#include "common/example.hpp"      // flags, stopwatch
+#include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
 #include "common/fashion_cnn.hpp"  // the model
 
 namespace tk = trainkit;
@@ -23,42 +29,20 @@ using tk::index_t;
 
 namespace {
 
-/// Test-set accuracy on the GPU: eval mode, no graph, predictions compared on the host.
-template <class Model, class Forward>
-double accuracy(Model& model, const tk::tensor<float>& x, const tk::tensor<std::int64_t>& y, Forward forward,
-                index_t batch = 1000) {
-  tk::no_grad guard;
-  model.eval();
-  index_t correct = 0;
-  for (index_t i = 0; i < x.size(0); i += batch) {
-    const auto end = std::min(x.size(0), i + batch);
-    auto logits = forward(model, tk::var<float, cuda>(x.slice(0, i, end).to<cuda>()));
-    const auto pred = tk::argmax(logits.value(), 1).to_vector();
-    const auto truth = y.slice(0, i, end).to_vector();
-    for (std::size_t k = 0; k < pred.size(); ++k) correct += pred[k] == truth[k];
-  }
-  model.train();
-  return x.size(0) ? double(correct) / double(x.size(0)) : 0.0;
-}
+/// Batches in page-locked host memory: each batch.x.to<cuda>() is one asynchronous DMA, so the
+/// copy of batch k + 1 overlaps the kernels of batch k (the workers fill the buffers ahead).
+using gpu_loader = tk::data::data_loader<tk::data::tensor_dataset, tk::data::distributed_sampler, tk::gpu::pinned_memory>;
 
-}  // namespace
-
-int main(int argc, char** argv) try {
-  example::flags f(argc, argv,
-                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "128"},
-                    {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
-                    {"precision", "fp32"}, {"checkpoint", "none"}, {"tf32", "0"}});
-  if (!tk::gpu::available()) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  const auto precision = tk::amp::parse_precision(f.str("precision"));
-  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
+/// The whole training job for one precision policy (a type: the loop is compiled once per policy).
+/// \tparam Precision amp::fp32, amp::mixed_fp16 or amp::mixed_bf16
+template <class Precision>
+int train(const example::flags& f, const tk::checkpoint::recompute_choice& recompute) {
+  const auto seed = static_cast<std::uint64_t>(f.num("seed"));
   tk::gpu::settings().allow_tf32 = f.num("tf32") != 0;
-  tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")));
+  tk::manual_seed(seed);  // init and dropout
 
-  // Data on the host (pixels standardised with the training set's mean and std); batches are
-  // copied to the device as they are used.
+  // Data on the host (pixels standardised with the training set's mean and std); the loaders copy
+  // each batch into pinned memory, from where it goes to the device as it is used.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
   if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
   auto train = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
@@ -74,49 +58,100 @@ int main(int argc, char** argv) try {
   std::printf("parameters: %lld  device: %d multiprocessors\n", (long long)model->num_parameters(),
               tk::gpu::current_device_info().multiprocessors);
 
+  // Batches: a seeded shuffle per epoch (one process is one replica of the sampler); two workers
+  // keep the pinned buffers ahead of the GPU. The test set in order, 1000 images per batch.
   const index_t batch = f.num("batch"), epochs = f.num("epochs");
-  tk::data::batch_iterator batches(train.images, train.labels, batch, /*shuffle=*/true,
-                                   static_cast<std::uint64_t>(f.num("seed")));
-  const index_t steps = epochs * static_cast<index_t>(batches.size());
+  gpu_loader batches(train, tk::data::shuffled_sampler(train.size(), seed), {.batch_size = batch, .num_workers = 2});
+  gpu_loader test_batches(test, tk::data::sequential_sampler(test.size()), {.batch_size = 1000, .num_workers = 2});
+  const index_t steps = epochs * batches.size();
   tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
   tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
   schedule.apply(opt);
+  tk::amp::default_scaler_t<Precision> scaler;  // dynamic loss scaling for fp16, none for fp32/bf16
 
-  std::printf("precision %s  checkpoint %s  tf32 %s\n", std::string(tk::amp::to_string(precision)).c_str(),
+  std::printf("precision %s  checkpoint %s  tf32 %s\n", std::string(Precision::name).c_str(),
               tk::checkpoint::to_string(recompute).c_str(), tk::gpu::settings().allow_tf32 ? "on" : "off");
-  tk::amp::visit_precision(precision, [&]<class P>(P) {
-    tk::amp::default_scaler_t<P> scaler;  // dynamic loss scaling for fp16, none for fp32/bf16
-    for (index_t epoch = 0; epoch < epochs; ++epoch) {
-      batches.set_epoch(static_cast<std::uint64_t>(epoch));
-      example::stopwatch clock;
-      // The epoch's loss is summed on the device: no host sync per step.
-      auto loss_sum = tk::tensor<float, cuda>::zeros({});
-      index_t seen = 0;
-      for (auto& b : batches) {
-        const auto x = b.x.to<cuda>();
-        const auto y = b.y.to<cuda>();
-        auto logits = tk::checkpoint::apply_recompute(recompute, *model, tk::var<float, cuda>(x),
-                                                      tk::amp::module_forward<P>{});
-        auto loss = tk::autograd::cross_entropy(logits, y);
-        opt.zero_grad();
-        scaler.scale(loss).backward();
-        scaler.step(opt);
-        scaler.update();
-        schedule.step(opt);
-        tk::add_(loss_sum, loss.value(), double(b.x.size(0)));
-        seen += b.x.size(0);
+  example::run_monitor monitor({.port = static_cast<int>(f.num("metrics-port")), .jsonl_path = f.str("metrics-log")});
+  if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
+  // Reading a step's loss waits for the GPU to finish the step; do it only when someone watches.
+  const bool watched = monitor.port() > 0 || !f.str("metrics-log").empty();
+
+  // Snapshots: model and optimizer state come from the device, the loader's place in its epoch
+  // and the generator (dropout) from the host.
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
+                             .every_steps = f.num("snapshot-every")});
+  run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
+      .track("scaler", scaler).track("batches", batches);
+  run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
+
+  for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
+    if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    example::stopwatch clock;
+    // The epoch's loss is summed on the device: no host sync per step.
+    auto loss_sum = tk::tensor<float, cuda>::zeros({});
+    index_t seen = 0;
+    double waited = batches.wait_seconds();
+    for (auto& b : batches) {
+      example::stopwatch step_clock;
+      const auto x = b.x.to<cuda>();  // from pinned memory: asynchronous
+      const auto y = b.y.to<cuda>();
+      auto logits = tk::checkpoint::apply_recompute(recompute, *model, tk::var<float, cuda>(x),
+                                                    tk::amp::module_forward<Precision>{});
+      auto loss = tk::autograd::cross_entropy(logits, y);
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      schedule.step(opt);
+      tk::add_(loss_sum, loss.value(), double(b.x.size(0)));
+      seen += b.x.size(0);
+      const double data_wait = batches.wait_seconds() - waited;  // next()'s wait for this batch
+      waited = batches.wait_seconds();
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),
+                                 .loss = watched ? double(loss.item()) : NAN, .learning_rate = opt.lr(),
+                                 .loss_scale = scaler.get_scale(), .data_wait_seconds = data_wait});
+      if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+        std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
+        return 0;
       }
-      const double mean_loss = double(loss_sum.item()) / double(seen);  // waits for the epoch's work
-      const double secs = clock.seconds();
-      const double acc = accuracy(*model, test.images, test.labels, tk::amp::module_forward<P>{});
-      const auto mem = tk::allocator<cuda>::stats();
-      std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  peak %.1f MiB\n",
-                  (long long)epoch + 1, mean_loss, 100 * acc, double(seen) / secs, double(mem.peak) / double(1 << 20));
-      std::fflush(stdout);
     }
-  });
+    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
+    if (seen == 0) continue;  // resumed at the very end of an epoch
+    const double mean_loss = double(loss_sum.item()) / double(seen);  // waits for the epoch's work
+    const double secs = clock.seconds();
+    test_batches.set_epoch(0);  // a fresh pass over the test set
+    const double acc = tk::train::accuracy(*model, test_batches, tk::amp::module_forward<Precision>{});
+    const auto mem = tk::allocator<cuda>::stats();
+    std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  peak %.1f MiB\n",
+                (long long)epoch + 1, mean_loss, 100 * acc, double(seen) / secs, double(mem.peak) / double(1 << 20));
+    std::fflush(stdout);
+  }
+  run.finish();
+  // Bit-exact resume shows here: an interrupted and resumed run prints the same digest.
+  std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  example::flags f(argc, argv,
+                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "128"},
+                    {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
+                    {"precision", "fp32"}, {"checkpoint", "none"}, {"tf32", "0"}, {"snapshot-dir", ""},
+                    {"resume", "0"}, {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""}});
+  if (!tk::gpu::available()) {
+    std::printf("SKIPPED: no CUDA device\n");
+    return 77;
+  }
+  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
+  switch (tk::amp::parse_precision(f.str("precision"))) {
+    case tk::amp::precision_kind::fp32: return train<tk::amp::fp32>(f, recompute);
+    case tk::amp::precision_kind::fp16: return train<tk::amp::mixed_fp16>(f, recompute);
+    case tk::amp::precision_kind::bf16: return train<tk::amp::mixed_bf16>(f, recompute);
+  }
+  return 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist_cnn_cuda: %s\n", e.what());
   return 1;

@@ -5,8 +5,9 @@
 //          --epochs 3 --batch 64 --compression int8         (one command line)
 //   build/examples/fashion_mnist_ddp ...            (one process: MPI starts as a singleton)
 //
-// Every rank holds the whole data set and walks the same shuffled order; each global batch of
-// ranks x --batch samples is split so that rank r trains on its r-th slice. data_parallel averages
+// Every rank holds the whole data set (the files are small); a distributed_sampler gives rank r its
+// own shard of each epoch's shuffled order, and the rank's data_loader builds batches of --batch
+// samples from it, so each step trains on ranks x --batch samples in all. data_parallel averages
 // the gradients over the ranks bucket by bucket while backward is still running, through the chosen
 // compression (none, fp16, bf16, int8, sign_1bit; lossy ones with error feedback). Rank 0 prints
 // per epoch: loss (mean over all ranks), test accuracy (each rank scores a slice of the test set),
@@ -22,15 +23,16 @@
 #include <exception>
 #include <string>
 
-#include <trainkit/trainkit.hpp>              // tensors, autograd, nn, optim, data
-#include <trainkit/dist/data_parallel.hpp>    // data_parallel, compression policies
-#include <trainkit/dist/mpi.hpp>              // the MPI communicator
+#include <trainkit/trainkit.hpp>                // tensors, autograd, nn, optim, data, io, monitor, train
+#include <trainkit/parallel/data_parallel.hpp>  // data_parallel, compression policies
+#include <trainkit/dist/mpi.hpp>                 // the MPI communicator
 
-#include "common/example.hpp"  // flags, stopwatch, accuracy
+#include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
 #include "common/fashion_cnn.hpp"  // the model of fashion_mnist_cnn
 
 namespace tk = trainkit;
 namespace dist = trainkit::dist;
+namespace parallel = trainkit::parallel;
 using tk::index_t;
 
 namespace {
@@ -44,7 +46,7 @@ bool train(dist::mpi& comm, const example::flags& f) {
     std::fflush(stdout);
   };
 
-  // Data: every rank loads all of it (the files are small); the split is by batch slices below.
+  // Data: every rank loads all of it (the files are small); the sampler below picks its shard.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
   if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
   auto train_set = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
@@ -55,17 +57,21 @@ bool train(dist::mpi& comm, const example::flags& f) {
   // parameters and BatchNorm statistics. Dropout masks differ per rank (seed + rank).
   tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")));
   auto model = example::fashion_cnn();
-  dist::data_parallel<dist::mpi, Compression> ddp(comm, *model, {.overlap = f.num("overlap") != 0});
+  parallel::data_parallel<dist::mpi, Compression> ddp(comm, *model, {.overlap = f.num("overlap") != 0});
   tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")) * 1000 + static_cast<std::uint64_t>(rank));
   say("%d rank(s), compression %s, %lld parameters in %zu gradient bucket(s); train %lld, test %lld images\n",
       world, std::string(Compression::name).c_str(), (long long)model->num_parameters(), ddp.buckets().buckets.size(),
       (long long)train_set.size(), (long long)test_set.size());
 
-  // The same global batches (and shuffled order) on every rank: drop_last keeps the step counts equal.
-  const index_t per_rank = f.num("batch"), global = per_rank * world, epochs = f.num("epochs");
-  tk::data::batch_iterator batches(train_set.images, train_set.labels, global, /*shuffle=*/true,
-                                   static_cast<std::uint64_t>(f.num("seed")), /*drop_last=*/true);
-  const index_t steps = epochs * static_cast<index_t>(batches.size());
+  // Batches: every rank shuffles with the same seed and takes every world-th index from rank on
+  // (its shard); drop_last in the sampler (no padded repeats) and in the loader (full batches
+  // only) gives every rank the same number of equal steps, which data_parallel needs.
+  const index_t per_rank = f.num("batch"), epochs = f.num("epochs");
+  tk::data::distributed_sampler shard(train_set.size(), {.num_replicas = world, .rank = rank, .shuffle = true,
+                                                         .seed = static_cast<std::uint64_t>(f.num("seed")),
+                                                         .drop_last = true});
+  tk::data::data_loader batches(train_set, shard, {.batch_size = per_rank, .num_workers = 1, .drop_last = true});
+  const index_t steps = epochs * batches.size();
   tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
   tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
@@ -93,25 +99,27 @@ bool train(dist::mpi& comm, const example::flags& f) {
     const auto before = ddp.stats();
     example::stopwatch clock;
     double sums[2] = {0, 0};  // loss * samples, samples (this rank)
-    for (auto& b : batches) {
+    double waited = batches.wait_seconds();
+    for (auto& b : batches) {  // this rank's batch of its shard
       example::stopwatch step_clock;
       const auto step_before = ddp.stats();
-      const auto x = b.x.slice(0, rank * per_rank, (rank + 1) * per_rank).contiguous();
-      const auto y = b.y.slice(0, rank * per_rank, (rank + 1) * per_rank).contiguous();
-      auto loss = tk::autograd::cross_entropy((*model)(tk::var<float>(x)), y);
+      auto loss = tk::autograd::cross_entropy((*model)(tk::var<float>(b.x)), b.y);
       opt.zero_grad();
       loss.backward();  // full buckets are reduced while backward goes on
       ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
       opt.step();
       schedule.step(opt);
       const double loss_value = loss.item();
-      sums[0] += loss_value * double(per_rank);
-      sums[1] += double(per_rank);
+      sums[0] += loss_value * double(b.x.size(0));
+      sums[1] += double(b.x.size(0));
       const auto step_after = ddp.stats();
-      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = per_rank, .loss = loss_value,
+      const double data_wait = batches.wait_seconds() - waited;  // next()'s wait for this batch
+      waited = batches.wait_seconds();
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0), .loss = loss_value,
                                  .learning_rate = opt.lr(),
                                  .communication_seconds = step_after.comm_seconds - step_before.comm_seconds,
-                                 .bytes_sent = step_after.bytes_sent - step_before.bytes_sent});
+                                 .bytes_sent = step_after.bytes_sent - step_before.bytes_sent,
+                                 .data_wait_seconds = data_wait});
       if (run.step_done()) return true;  // a rank was signalled: snapshot written, all stop
     }
     if (sums[1] == 0) continue;  // resumed at the very end of an epoch
@@ -121,7 +129,7 @@ bool train(dist::mpi& comm, const example::flags& f) {
 
     // Evaluate with rank 0's BatchNorm statistics on every rank (each rank's drifted on its shard).
     ddp.sync_buffers();
-    double correct = example::accuracy(*model, test_x, test_y) * double(test_x.size(0));
+    double correct = double(tk::train::count_correct(*model, test_x, test_y).correct);
     comm.allreduce(&correct, 1, dist::reduce_op::sum).wait();
 
     const double comm_s = after.comm_seconds - before.comm_seconds;

@@ -9,27 +9,34 @@
 // one call of train::train_step, which composes the policies chosen on the command line
 // (precision, loss scaling, recomputation); fashion_mnist_cnn writes the same loop out by hand.
 // Snapshots, resume and metrics as in fashion_mnist_cnn.
+//
+// Reading order: train<Precision, Recompute>() is the whole job, top to bottom; main() parses the
+// flags and picks which train() to run.
 #include <cstdio>
 #include <exception>
+#include <variant>  // std::get: the recompute policy out of parse_recompute's variant
 
-#include <trainkit/train/train.hpp>  // train_step
+#include <trainkit/train/train.hpp>  // train_step, accuracy
 #include <trainkit/trainkit.hpp>        // tensors, autograd, nn, optim, data, io, monitor
 
-#include "common/example.hpp"  // flags, stopwatch, accuracy
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
 
 namespace tk = trainkit;
+namespace nn = trainkit::nn;
 using tk::index_t;
 
-int main(int argc, char** argv) try {
-  example::flags f(argc, argv,
-                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "8"}, {"batch", "128"},
-                    {"lr", "0.001"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
-                    {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
-                    {"snapshot-every", "500"}, {"metrics-port", "0"}, {"metrics-log", ""}});
-  const auto precision = tk::amp::parse_precision(f.str("precision"));
-  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
-  tk::set_seed(static_cast<std::uint64_t>(f.num("seed")));  // every stream: init, dropout, data order
+namespace {
 
+/// The whole training job for one precision policy and one recompute policy. Both are types, so
+/// train_step is compiled for exactly this pair (main picks the pair at run time).
+/// \tparam Precision amp::fp32, amp::mixed_fp16 or amp::mixed_bf16
+/// \tparam Recompute checkpoint::store_all, sqrt_segments or every_n
+template <class Precision, class Recompute>
+int train(const example::flags& f, Recompute recompute) {
+  const auto seed = static_cast<std::uint64_t>(f.num("seed"));
+  tk::set_seed(seed);  // every stream: init, dropout
+
+  // Data: pixels scaled to [0, 1], then standardised with the training set's mean and std.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
   if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
   auto train = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
@@ -40,17 +47,20 @@ int main(int argc, char** argv) try {
   std::printf("train %lld  test %lld samples of %lld features\n", (long long)train.size(), (long long)test.size(),
               (long long)train_x.size(1));
 
-  namespace nn = tk::nn;
+  // Batches: the sampler decides the order (a fresh seeded shuffle per epoch; one process is one
+  // replica), the loader copies each batch into one buffer on a worker thread while the step runs.
+  const index_t batch = f.num("batch"), epochs = f.num("epochs");
+  tk::data::data_loader batches(tk::data::tensor_dataset(train_x, train.labels),
+                                tk::data::shuffled_sampler(train.size(), seed),
+                                {.batch_size = batch, .num_workers = 1});
+  const index_t steps = epochs * batches.size();
+
   auto model = nn::make_sequential(std::make_shared<nn::linear<>>(784, 512), std::make_shared<nn::relu<>>(),
                                    std::make_shared<nn::dropout<>>(0.2), std::make_shared<nn::linear<>>(512, 512),
                                    std::make_shared<nn::relu<>>(), std::make_shared<nn::dropout<>>(0.2),
                                    std::make_shared<nn::linear<>>(512, 10));
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
 
-  const index_t batch = f.num("batch"), epochs = f.num("epochs");
-  tk::data::batch_iterator batches(train_x, train.labels, batch, /*shuffle=*/true,
-                                   static_cast<std::uint64_t>(f.num("seed")));
-  const index_t steps = epochs * static_cast<index_t>(batches.size());
   tk::optim::adamw opt(model->parameters(), {.lr = f.real("lr"), .weight_decay = 1e-4});
   tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(200, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
@@ -59,47 +69,76 @@ int main(int argc, char** argv) try {
   example::run_monitor monitor({.port = static_cast<int>(f.num("metrics-port")), .jsonl_path = f.str("metrics-log")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
 
-  // Precision and recomputation are types; the two visits instantiate train_step for the chosen pair.
-  const bool stopped = tk::amp::visit_precision(precision, [&]<class P>(P) {
-    return std::visit(
-        [&]<class R>(R policy) {
-          // forward (P's compute type, R's segments) -> loss -> scaled backward -> unscale and
-          // inf check -> step -> schedule -> metrics, in one call per batch.
-          tk::train::train_step<tk::nn::sequential<float>, decltype(opt), P, tk::amp::default_scaler_t<P>, R> step(
-              *model, opt, {.metrics = &monitor.metrics()}, tk::amp::default_scaler_t<P>(), policy);
-          step.attach_schedule(schedule);
-          tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
-                                     .every_steps = f.num("snapshot-every")});
-          run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
-              .track("scaler", step.scaler()).track("batches", batches);
-          run.resume();
-          for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
-            if (epoch != batches.epoch()) batches.set_epoch(epoch);
-            example::stopwatch clock;
-            double loss_sum = 0;
-            index_t seen = 0;
-            for (auto& b : batches) {
-              const auto r = step(b.x, [&](const tk::var<float>& logits) { return tk::autograd::cross_entropy(logits, b.y); });
-              loss_sum += r.loss * double(b.x.size(0));
-              seen += b.x.size(0);
-              if (run.step_done()) return true;  // SIGTERM/SIGINT: snapshot written, exit cleanly
-            }
-            monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
-            if (seen == 0) continue;
-            const double secs = clock.seconds();
-            const double acc = example::accuracy(*model, test_x, test.labels, tk::amp::module_forward<P>{});
-            std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
-                        loss_sum / double(seen), 100 * acc, double(seen) / secs);
-            std::fflush(stdout);
-          }
-          run.finish();
-          return false;
-        },
-        recompute);
-  });
-  std::printf("%s  parameters digest %016llx\n", stopped ? "stopped" : "done",
-              (unsigned long long)example::digest(*model));
+  // One step = forward (Precision's compute type, Recompute's segments) -> loss -> scaled
+  // backward -> unscale and inf check -> optimizer step -> schedule -> metrics.
+  using scaler_t = tk::amp::default_scaler_t<Precision>;  // dynamic loss scaling for fp16 only
+  tk::train::train_step<nn::sequential<float>, decltype(opt), Precision, scaler_t, Recompute> step(
+      *model, opt, {.metrics = &monitor.metrics()}, scaler_t(), recompute);
+  step.attach_schedule(schedule);
+
+  // Snapshots: everything the next step depends on, including where the loader is in its epoch.
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
+                             .every_steps = f.num("snapshot-every")});
+  run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
+      .track("scaler", step.scaler()).track("batches", batches);
+  run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
+
+  for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
+    if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    example::stopwatch clock;
+    const double waited = batches.wait_seconds();
+    double loss_sum = 0;
+    index_t seen = 0;
+    for (auto& b : batches) {
+      const auto r = step(b.x, [&](const tk::var<float>& logits) { return tk::autograd::cross_entropy(logits, b.y); });
+      loss_sum += r.loss * double(b.x.size(0));
+      seen += b.x.size(0);
+      if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+        std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
+        return 0;
+      }
+    }
+    monitor.metrics().add_data_wait(batches.wait_seconds() - waited);
+    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
+    if (seen == 0) continue;  // resumed at the very end of an epoch
+    const double secs = clock.seconds();
+    const double acc = tk::train::accuracy(*model, test_x, test.labels, tk::amp::module_forward<Precision>{});
+    std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
+                loss_sum / double(seen), 100 * acc, double(seen) / secs);
+    std::fflush(stdout);
+  }
+  run.finish();
+  // Bit-exact resume shows here: an interrupted and resumed run prints the same digest.
+  std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return 0;
+}
+
+/// train<Precision, R>() for the recompute policy parsed from --checkpoint.
+template <class Precision>
+int train_recompute(const example::flags& f, const tk::checkpoint::recompute_choice& r) {
+  namespace ck = tk::checkpoint;
+  switch (r.index()) {  // the alternatives of recompute_choice, in order
+    case 0: return train<Precision>(f, std::get<ck::store_all>(r));
+    case 1: return train<Precision>(f, std::get<ck::sqrt_segments>(r));
+    default: return train<Precision>(f, std::get<ck::every_n>(r));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  example::flags f(argc, argv,
+                   {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "8"}, {"batch", "128"},
+                    {"lr", "0.001"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
+                    {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
+                    {"snapshot-every", "500"}, {"metrics-port", "0"}, {"metrics-log", ""}});
+  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
+  switch (tk::amp::parse_precision(f.str("precision"))) {
+    case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);
+    case tk::amp::precision_kind::fp16: return train_recompute<tk::amp::mixed_fp16>(f, recompute);
+    case tk::amp::precision_kind::bf16: return train_recompute<tk::amp::mixed_bf16>(f, recompute);
+  }
+  return 1;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist_mlp: %s\n", e.what());
   return 1;

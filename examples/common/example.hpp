@@ -1,5 +1,6 @@
 // examples/common/example.hpp - the little each example needs besides trainkit itself:
-// command-line flags, a timer and test-set accuracy. Kept out of the library on purpose.
+// command-line flags, a timer, the parameters digest and the choice of run_monitor. Kept out of
+// the library on purpose.
 #pragma once
 
 #include <chrono>
@@ -7,7 +8,6 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
-#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -51,38 +51,12 @@ class flags {
   std::map<std::string, std::string> values_;
 };
 
+/// --metrics-port and --metrics-log: the library's run_monitor, with the /metrics endpoint where
+/// trainkit::monitor_http is linked; without it a port is a clear error and the log still works.
 #if TRAINKIT_EXAMPLE_HTTP
-using monitor_options = trainkit::monitor::run_monitor_options;
 using run_monitor = trainkit::monitor::run_monitor;
 #else
-struct monitor_options {
-  int port = 0;
-  std::string host = "0.0.0.0";
-  std::string jsonl_path = {};
-  bool gpu = true;
-};
-/// Built without cpp-httplib: the same metrics and JSON lines, and no HTTP server - asking for
-/// one (--metrics-port) is an error rather than a silently missing endpoint.
-class run_monitor {
- public:
-  explicit run_monitor(const monitor_options& o = {}) : metrics_(reg_, {.gpu = o.gpu}) {
-    if (o.port > 0)
-      throw std::invalid_argument("--metrics-port " + std::to_string(o.port) +
-                                  ": this build has no HTTP exporter (Debian: libcpp-httplib-dev, then rebuild)");
-    if (!o.jsonl_path.empty()) log_.emplace(o.jsonl_path);
-  }
-  trainkit::monitor::training_metrics& metrics() noexcept { return metrics_; }
-  int port() const noexcept { return 0; }
-  void log(std::int64_t step, std::int64_t epoch) {
-    metrics_.set_epoch(epoch);
-    if (log_) log_->log(reg_, {{"step", double(step)}, {"epoch", double(epoch)}});
-  }
-
- private:
-  trainkit::monitor::registry reg_;
-  trainkit::monitor::training_metrics metrics_;
-  std::optional<trainkit::monitor::jsonl_logger> log_;
-};
+using run_monitor = trainkit::monitor::basic_run_monitor<>;
 #endif
 
 /// Seconds since construction.
@@ -100,39 +74,12 @@ template <class Model>
 std::uint64_t digest(const Model& model) {
   std::uint64_t h = 1469598103934665603ull;
   for (const auto& [name, t] : model.state_dict()) {
-    const auto c = t.contiguous();
+    const auto c = t.template to<trainkit::cpu>().contiguous();  // a CUDA model's too
     const auto* p = reinterpret_cast<const unsigned char*>(c.data());
     for (std::size_t i = 0; i < static_cast<std::size_t>(c.numel()) * sizeof(*c.data()); ++i)
       h = (h ^ p[i]) * 1099511628211ull;
   }
   return h;
-}
-
-/// The plain forward: the module's own operator().
-struct plain_forward {
-  template <class Model, class X>
-  auto operator()(Model& m, const X& x) const {
-    return m(x);
-  }
-};
-
-/// Share of correctly classified samples, in eval mode and without recording a graph;
-/// `forward(model, x)` runs the model (e.g. trainkit::amp::module_forward<P> for mixed precision).
-template <class Model, class Forward = plain_forward>
-double accuracy(Model& model, const trainkit::tensor<float>& x, const trainkit::tensor<std::int64_t>& y,
-                Forward forward = {}, trainkit::index_t batch = 1000) {
-  trainkit::no_grad guard;
-  model.eval();
-  trainkit::index_t correct = 0;
-  for (trainkit::index_t i = 0; i < x.size(0); i += batch) {
-    const auto end = std::min(x.size(0), i + batch);
-    auto logits = forward(model, trainkit::var<float>(x.slice(0, i, end).contiguous()));
-    auto pred = trainkit::argmax(logits.value(), 1).to_vector();
-    auto truth = y.slice(0, i, end).to_vector();
-    for (std::size_t k = 0; k < pred.size(); ++k) correct += pred[k] == truth[k];
-  }
-  model.train();
-  return x.size(0) ? double(correct) / double(x.size(0)) : 0.0;
 }
 
 }  // namespace example

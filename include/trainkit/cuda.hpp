@@ -7,7 +7,7 @@
 //   auto loss = autograd::cross_entropy((*model)(var<float, cuda>(x)), labels_on_device);
 //   loss.backward();                                                 // kernels, cuBLASLt, cuDNN
 //
-// What it adds (one concept per header in backend/cuda/):
+// What it adds (one kernel family or its plumbing per header in backend/cuda/):
 //   error.cuh        TRAINKIT_CUDA_CHECK / gpu::check: every status -> runtime_failure
 //   stream.cuh       devices, gpu::stream, gpu::event, the current stream (gpu::stream_guard)
 //   settings.cuh     gpu::settings(): allow_tf32, deterministic, cudnn_benchmark, workspace limits
@@ -17,10 +17,12 @@
 //   reduce.cuh       reduce<cuda>: sum/mean/amax/argmax/found_inf...
 //   blas.cuh         blas<cuda>: GEMM through cuBLASLt (fp32/TF32, fp16, bf16, fp64)
 //   convolution.cuh  convolution<cuda> through cuDNN; im2col<cuda>
-//   pool.cuh norm.cuh dropout.cuh gather.cuh   the other nn kernel families
-//   amp.cuh          half/bfloat16 GEMMs and convolutions natively for amp::mixed<...>
-//   compress.cuh     gradient-compression codecs on device buffers
-//   nccl.cuh         dist::nccl, the NCCL communicator
+//   pool.cuh norm.cuh softmax.cuh dropout.cuh gather.cuh   the other nn kernel families
+//   block_reduce.cuh warp/block reductions of the row-wise kernels
+// and, beside their owners (CUDA code that is not a kernel family):
+//   amp/cuda.cuh       half/bfloat16 GEMMs and convolutions natively for amp::mixed<...>
+//   dist/compress.cuh  gradient-compression codecs on device buffers
+//   dist/nccl.cuh      dist::nccl, the NCCL communicator
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -41,12 +43,14 @@
 #include "trainkit/backend/cuda/cudnn.cuh"
 #include "trainkit/backend/cuda/convolution.cuh"
 #include "trainkit/backend/cuda/pool.cuh"
+#include "trainkit/backend/cuda/block_reduce.cuh"
 #include "trainkit/backend/cuda/norm.cuh"
+#include "trainkit/backend/cuda/softmax.cuh"
 #include "trainkit/backend/cuda/dropout.cuh"
 #include "trainkit/backend/cuda/gather.cuh"
-#include "trainkit/backend/cuda/amp.cuh"
-#include "trainkit/backend/cuda/compress.cuh"
-#include "trainkit/backend/cuda/nccl.cuh"
+#include "trainkit/amp/cuda.cuh"
+#include "trainkit/dist/compress.cuh"
+#include "trainkit/dist/nccl.cuh"
 
 namespace trainkit {
 /// The CUDA backend's user-facing utilities (streams, events, settings, checks) under a short name.

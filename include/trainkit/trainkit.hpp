@@ -3,7 +3,7 @@
 #pragma once
 
 #include "trainkit/config.hpp"
-#include "trainkit/core/core.hpp"
+#include "trainkit/ops/ops.hpp"
 #include "trainkit/autograd/autograd.hpp"
 #include "trainkit/data/data.hpp"
 #include "trainkit/dist/dist.hpp"
@@ -11,8 +11,10 @@
 #include "trainkit/optim/optim.hpp"
 #include "trainkit/amp/amp.hpp"
 #include "trainkit/checkpoint/checkpoint.hpp"
+#include "trainkit/parallel/parallel.hpp"
 #include "trainkit/io/io.hpp"
 #include "trainkit/monitor/monitor.hpp"
+#include "trainkit/train/train.hpp"
 
 namespace trainkit {
 using autograd::no_grad;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "dist/collective_checks.hpp"
-#include "trainkit/backend/cuda/nccl.cuh"
+#include "trainkit/dist/nccl.cuh"
 #include "trainkit/dist/mpi.hpp"
 
 namespace {

@@ -195,3 +195,22 @@ TEST_CASE("run_monitor: metrics, HTTP and JSON lines in one object", "[monitor][
   REQUIRE(off.port() == 0);
   off.log(1, 1);  // no log: nothing happens
 }
+
+TEST_CASE("basic_run_monitor without an HTTP server: a port is a usage_error naming it", "[monitor][http]") {
+  const auto dir = io_test::fresh_dir("basic_run_monitor");
+  REQUIRE_THROWS_AS(monitor::basic_run_monitor<>({.port = 9464, .gpu = false}), usage_error);
+  REQUIRE_THROWS_WITH(monitor::basic_run_monitor<>({.port = 9464, .gpu = false}),
+                      Contains("port 9464") && Contains("no HTTP exporter") && Contains("libcpp-httplib-dev"));
+  // Metrics and JSON lines work the same without it.
+  monitor::basic_run_monitor<> mon({.jsonl_path = (dir / "m.jsonl").string(), .gpu = false});
+  REQUIRE(mon.port() == 0);
+  mon.metrics().observe({.seconds = 0.01, .samples = 8, .loss = 0.5});
+  mon.log(3, 1);
+  std::ifstream in(dir / "m.jsonl");
+  std::string line;
+  REQUIRE(std::getline(in, line));
+  monitor_test::json_reader r(line);
+  r.parse_document();
+  REQUIRE(r.top_numbers.at("step") == 3);
+  REQUIRE(r.top_numbers.at("epoch") == 1);
+}

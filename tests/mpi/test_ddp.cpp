@@ -1,5 +1,5 @@
 // data_parallel over MPI processes (mpirun -np 2, 3, 4): the same equivalence as the thread_group
-// tests (tests/dist/dp_checks.hpp) - N ranks on their shards give the parameters of one process on the
+// tests (tests/parallel/dp_checks.hpp) - N ranks on their shards give the parameters of one process on the
 // concatenated batch, with and without no_sync accumulation - plus compressed training keeping the
 // ranks identical, mismatched models reported on every rank, unused parameters and found_inf.
 //
@@ -17,10 +17,10 @@
 #include <vector>
 
 #include "trainkit/dist/check_consistent.hpp"
-#include "trainkit/dist/data_parallel.hpp"
+#include "trainkit/parallel/data_parallel.hpp"
 #include "trainkit/dist/mpi.hpp"
 
-#include "dist/dp_checks.hpp"
+#include "parallel/dp_checks.hpp"
 
 namespace {
 
@@ -57,7 +57,7 @@ TEST_CASE("mpi data_parallel: N processes on shards = one process on the whole b
     const auto ref = reference(world_size, steps, micro, b);
     for (int layout = 0; layout < 3; ++layout) {
       INFO("rank " << world().rank() << " of " << world_size << ", micro-steps " << micro << ", layout " << layout);
-      dist::data_parallel_options opts;
+      parallel::data_parallel_options opts;
       if (layout == 1) opts = {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40};
       if (layout == 2) opts = {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40, .overlap = false};
       const auto got = train_shard(world(), steps, micro, b, opts);
@@ -105,7 +105,7 @@ TEST_CASE("mpi data_parallel: different models are a clear error on every rank",
   auto m = make_mlp(1, r == world().size() - 1 ? 9 : 8);  // the last rank: another hidden size
   std::string message;
   try {
-    dist::data_parallel<mpi> ddp(world(), *m);
+    parallel::data_parallel<mpi> ddp(world(), *m);
   } catch (const dist::dist_error& e) {
     message = e.what();
   }
@@ -117,7 +117,7 @@ TEST_CASE("mpi data_parallel: different models are a clear error on every rank",
 TEST_CASE("mpi data_parallel: unused parameters and found_inf", "[dist][mpi][ddp]") {
   const int r = world().rank(), w = world().size();
   var a(tensor::zeros({3}), true), unused_here(tensor::zeros({2}), true);
-  dist::data_parallel<mpi> ddp(world(), {{"a", a}, {"b", unused_here}}, {});
+  parallel::data_parallel<mpi> ddp(world(), {{"a", a}, {"b", unused_here}}, {});
   auto loss = trainkit::autograd::sum(a * var(tensor::full({3}, static_cast<float>(r + 1))));
   if (r == 0) loss = loss + trainkit::autograd::sum(unused_here);  // only rank 0 uses b
   loss.backward();

@@ -57,7 +57,7 @@ double accuracy(nn::module<float>& net, const dataset& d) {
 
 /// Mini-batch training: batches of 64 rows in order, `epochs` passes.
 template <class Opt, class Sched>
-double train(nn::module<float>& net, Opt& opt, Sched& sched, const dataset& d, int epochs) {
+double train_epochs(nn::module<float>& net, Opt& opt, Sched& sched, const dataset& d, int epochs) {
   const index_t n = d.x.size(0), batch = 64;
   double last_loss = 0;
   sched.apply(opt);
@@ -90,7 +90,7 @@ TEST_CASE("an MLP learns XOR-of-signs past 95% with sgd and with adamw", "[optim
     optim::sgd<float> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
     optim::cyclic_lr sched({.base_lr = 0.01, .max_lr = 0.2, .step_size_up = total / 4});
     const double before = accuracy(*net, test_set);
-    const double loss = train(*net, opt, sched, train_set, epochs);
+    const double loss = train_epochs(*net, opt, sched, train_set, epochs);
     const double acc = accuracy(*net, test_set);
     INFO("accuracy " << before << " -> " << acc << ", last loss " << loss);
     CHECK(acc > 0.95);
@@ -101,7 +101,7 @@ TEST_CASE("an MLP learns XOR-of-signs past 95% with sgd and with adamw", "[optim
     optim::warmup_cosine_lr sched(
         {.base_lr = 0.01, .warmup_steps = 16, .total_steps = total, .min_lr = 1e-4});
     const double before = accuracy(*net, test_set);
-    const double loss = train(*net, opt, sched, train_set, epochs);
+    const double loss = train_epochs(*net, opt, sched, train_set, epochs);
     const double acc = accuracy(*net, test_set);
     INFO("accuracy " << before << " -> " << acc << ", last loss " << loss);
     CHECK(acc > 0.95);

@@ -25,9 +25,9 @@
 #include "trainkit/autograd/ops/arithmetic.hpp"
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/config.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 #include "trainkit/core/error.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::amp {
 
@@ -81,6 +81,28 @@ const void* step_key(const O& o) {
 /// optimizer: ready -> unscaled -> stepped), the found-inf check and its cross-rank reduction.
 class scaler_core {
  public:
+  /// Multiplies the loss by the scale (backward then yields scaled gradients).
+  template <class T, class D>
+  autograd::var<T, D> scale(const autograd::var<T, D>& loss) const {
+    return autograd::mul(loss, scale_);
+  }
+  /// Divides o's gradients by the scale in place; returns whether one holds an inf/NaN (after the
+  /// cross-rank reduction, if one is set). At most once per optimizer per step: a second call,
+  /// or one after step(), is a usage_error. o: an optimizer (anything with params()) or a
+  /// std::vector<var>; an optimizer and its parameter list count as the same (keyed by the
+  /// first parameter), so unscale(opt.params()) then step(opt) unscales once.
+  template <class O>
+  bool unscale(const O& o) {
+    return unscale_impl(o, scale_);
+  }
+  /// Unscales o if not done yet, then o.step() unless an inf/NaN was found. Returns whether it
+  /// stepped. A second step() before update() is a usage_error.
+  template <class O>
+  bool step(O& o) {
+    return step_impl(o, scale_);
+  }
+  double get_scale() const noexcept { return scale_; }
+
   /// Makes found-inf a collective: reducer(local) must return the OR over all ranks (so every
   /// rank skips the same steps). It is called once per unscale() - explicit or from step() - on
   /// every rank, so all ranks must unscale the same optimizers in the same order.
@@ -97,6 +119,8 @@ class scaler_core {
   std::int64_t skipped_steps() const noexcept { return skipped_; }
 
  protected:
+  scaler_core(double scale, const char* op) : scale_(scale) { check_scale(scale, op); }
+
   enum class stage { unscaled, stepped };
   struct entry {
     const void* key;
@@ -170,6 +194,7 @@ class scaler_core {
                    "the scale must be finite and > 0, got " << s);
   }
 
+  double scale_;
   std::vector<entry> entries_;
   std::function<bool(bool)> reducer_;
   bool last_found_inf_ = false;
@@ -215,36 +240,16 @@ class static_scaling : public detail::scaler_core {
     friend constexpr bool operator==(const state&, const state&) = default;
   };
 
-  explicit static_scaling(double scale) : scale_(scale) { check_scale(scale, "static_scaling"); }
+  explicit static_scaling(double scale) : scaler_core(scale, "static_scaling") {}
 
-  template <class T, class D>
-  autograd::var<T, D> scale(const autograd::var<T, D>& loss) const {
-    return autograd::mul(loss, scale_);
-  }
-  /// Divides o's gradients by the scale in place; returns whether one holds an inf/NaN. At most
-  /// once per optimizer per step (usage_error otherwise). o: an optimizer (anything with
-  /// params()) or a std::vector<var>; an optimizer and its parameter list count as the same.
-  template <class O>
-  bool unscale(const O& o) {
-    return unscale_impl(o, scale_);
-  }
-  /// Unscales o if not done yet, then o.step() unless an inf/NaN was found. Returns whether it stepped.
-  template <class O>
-  bool step(O& o) {
-    return step_impl(o, scale_);
-  }
   /// Ends the step (usage_error if nothing was unscaled or stepped since the last update()).
   void update() { end_step("static_scaling::update"); }
 
-  double get_scale() const noexcept { return scale_; }
   state get_state() const noexcept { return {scale_}; }
   void set_state(const state& s) {
     check_scale(s.scale, "static_scaling::set_state");
     scale_ = s.scale;
   }
-
- private:
-  double scale_;
 };
 
 /// Hyper-parameters of dynamic_scaling: GradScaler's, with its defaults.
@@ -270,8 +275,8 @@ class dynamic_scaling : public detail::scaler_core {
   };
   using options_type = dynamic_scaling_options;
 
-  explicit dynamic_scaling(const dynamic_scaling_options& o = {}) : o_(o), scale_(o.init_scale) {
-    check_scale(o.init_scale, "dynamic_scaling");
+  explicit dynamic_scaling(const dynamic_scaling_options& o = {})
+      : scaler_core(o.init_scale, "dynamic_scaling"), o_(o) {
     TRAINKIT_CHECK(o.growth_factor > 1.0 && std::isfinite(o.growth_factor), value_error, "dynamic_scaling",
                    "growth_factor must be > 1, got " << o.growth_factor);
     TRAINKIT_CHECK(o.backoff_factor > 0.0 && o.backoff_factor < 1.0, value_error, "dynamic_scaling",
@@ -280,25 +285,6 @@ class dynamic_scaling : public detail::scaler_core {
                    "growth_interval must be >= 1, got " << o.growth_interval);
   }
 
-  template <class T, class D>
-  autograd::var<T, D> scale(const autograd::var<T, D>& loss) const {
-    return autograd::mul(loss, scale_);
-  }
-  /// Divides o's gradients by the scale in place; returns whether one holds an inf/NaN (after the
-  /// cross-rank reduction, if one is set). At most once per optimizer per step: a second call,
-  /// or one after step(), is a usage_error. o: an optimizer (anything with params()) or a
-  /// std::vector<var>; an optimizer and its parameter list count as the same (keyed by the
-  /// first parameter), so unscale(opt.params()) then step(opt) unscales once.
-  template <class O>
-  bool unscale(const O& o) {
-    return unscale_impl(o, scale_);
-  }
-  /// Unscales o if not done yet, then o.step() unless an inf/NaN was found. Returns whether it
-  /// stepped. A second step() before update() is a usage_error.
-  template <class O>
-  bool step(O& o) {
-    return step_impl(o, scale_);
-  }
   /// Ends the step: on inf/NaN scale *= backoff_factor and the tracker restarts; otherwise the
   /// tracker counts one more clean step and, reaching growth_interval, scale *= growth_factor.
   void update() {
@@ -320,7 +306,6 @@ class dynamic_scaling : public detail::scaler_core {
     scale_ = new_scale;
   }
 
-  double get_scale() const noexcept { return scale_; }
   std::int64_t growth_tracker() const noexcept { return tracker_; }
   const dynamic_scaling_options& options() const noexcept { return o_; }
   state get_state() const noexcept { return {scale_, tracker_}; }
@@ -336,7 +321,6 @@ class dynamic_scaling : public detail::scaler_core {
 
  private:
   dynamic_scaling_options o_;
-  double scale_;
   std::int64_t tracker_ = 0;
 };
 

@@ -29,8 +29,8 @@
 #include "trainkit/autograd/ops/linear.hpp"
 #include "trainkit/backend/im2col.hpp"  // backend::convolution, conv2d_geometry
 #include "trainkit/config.hpp"
-#include "trainkit/core/elementwise.hpp"
-#include "trainkit/core/linalg.hpp"
+#include "trainkit/ops/elementwise.hpp"
+#include "trainkit/ops/linalg.hpp"
 #include "trainkit/core/tensor.hpp"
 
 namespace trainkit::amp {

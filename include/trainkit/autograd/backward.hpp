@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "trainkit/autograd/var.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 #include "trainkit/core/tensor.hpp"
 
 namespace trainkit::autograd {

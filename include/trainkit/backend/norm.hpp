@@ -1,6 +1,7 @@
-// trainkit/backend/norm.hpp - the normalisation kernels: batch norm, layer norm and softmax.
-// Each is one fused pass family per device (as cuDNN and PyTorch's native kernels are), so the
-// autograd ops stay device-generic and a backend replaces whole kernels, not pieces.
+// trainkit/backend/norm.hpp - the normalisation kernels: batch norm and layer norm (softmax is its
+// own family: backend/softmax.hpp). Each is one fused pass family per device (as cuDNN and
+// PyTorch's native kernels are), so the autograd ops stay device-generic and a backend replaces
+// whole kernels, not pieces.
 #pragma once
 
 #include "trainkit/core/device.hpp"
@@ -28,10 +29,7 @@ namespace trainkit::backend {
 /// Layer norm, x viewed as [rows, cols], statistics per row, weight/bias of length cols:
 ///   layer_norm_forward(x, rows, cols, weight*, bias*, eps, y, save_mean, save_rstd)
 ///   layer_norm_backward(g, x, rows, cols, weight*, save_mean, save_rstd, dx*, dweight*, dbias*)
-///
-/// Softmax over the middle dim of x viewed as [outer, dim, inner] (max-subtracted):
-///   softmax_forward(x, outer, dim, inner, log, y)       y = softmax(x) or log_softmax(x)
-///   softmax_backward(y, g, outer, dim, inner, log, dx)  from the saved output y
+
 template <class Device>
 struct norm {
   static_assert(::trainkit::detail::dependent_false<Device>,

@@ -20,7 +20,7 @@ namespace trainkit {
 template <class T, class Device>
 class tensor;
 
-// Defined with the elementwise ops (core/elementwise.hpp); declared here so that
+// Defined with the elementwise ops (ops/elementwise.hpp); declared here so that
 // contiguous() and clone() can use them without tensor.hpp pulling in a backend.
 template <class T, class Device>
 void copy_(tensor<T, Device>& dst, const tensor<T, Device>& src);

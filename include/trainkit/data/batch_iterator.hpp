@@ -6,7 +6,7 @@
 #include <cstddef>    // std::ptrdiff_t, std::size_t
 #include <cstdint>    // std::int64_t, std::uint64_t
 #include <cstring>    // std::memcpy
-#include <iterator>   // std::default_sentinel_t, std::input_iterator_tag
+#include <iterator>   // std::default_sentinel_t
 #include <numeric>    // std::iota
 #include <utility>    // std::move
 #include <vector>
@@ -14,22 +14,14 @@
 #include "trainkit/backend/cpu/elementwise.hpp"  // host loops behind copy_: the data lives on the host
 #include "trainkit/config.hpp"                   // TRAINKIT_HAS_OPENMP
 #include "trainkit/core/dtype.hpp"               // element
-#include "trainkit/core/elementwise.hpp"         // copy_, behind tensor::contiguous()/to_vector()
+#include "trainkit/ops/elementwise.hpp"         // copy_, behind tensor::contiguous()/to_vector()
 #include "trainkit/core/error.hpp"               // shape_error, value_error, index_error, usage_error
 #include "trainkit/core/shape.hpp"               // index_t, shape, to_string
 #include "trainkit/core/tensor.hpp"              // tensor
+#include "trainkit/data/batch.hpp"               // batch, cursor_iterator
 #include "trainkit/data/permutation.hpp"         // epoch_permutation
 
 namespace trainkit::data {
-
-/// One mini-batch: inputs [B, ...] and labels [B], each a fresh contiguous tensor (B is the batch
-/// size, or fewer samples for the last batch of an epoch).
-/// \tparam T element type of the inputs
-template <element T>
-struct batch {
-  tensor<T> x;
-  tensor<std::int64_t> y;
-};
 
 /// Mini-batches over samples x[i], y[i] (i along dim 0). Each epoch visits every sample once, in
 /// the order epoch_permutation(N, seed, epoch) when shuffling (see data/permutation.hpp for the
@@ -55,38 +47,8 @@ class batch_iterator {
     friend constexpr bool operator==(const state&, const state&) = default;
   };
 
-  /// Range-for support: an input iterator that hands out next() until the end of the epoch.
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = batch<T>;
-    using difference_type = std::ptrdiff_t;
-
-    iterator() = default;
-    explicit iterator(batch_iterator* owner) : owner_(owner) { advance(); }
-    batch<T>& operator*() const { return current_; }
-    batch<T>* operator->() const { return &current_; }
-    iterator& operator++() {
-      advance();
-      return *this;
-    }
-    void operator++(int) { advance(); }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) { return it.done_; }
-
-   private:
-    void advance() {
-      if (owner_ && owner_->has_next()) {
-        current_ = owner_->next();
-        done_ = false;
-      } else {
-        done_ = true;
-        current_ = {};
-      }
-    }
-    batch_iterator* owner_ = nullptr;
-    mutable batch<T> current_;
-    bool done_ = true;
-  };
+  /// Range-for support: hands out next() until the end of the epoch.
+  using iterator = detail::cursor_iterator<batch_iterator, batch<T>>;
 
   /// x: [N, ...] inputs; y: [N] labels; batch_size >= 1. shuffle = false keeps the order 0..N-1
   /// (seed unused). drop_last = true leaves out a last batch smaller than batch_size. The tensors

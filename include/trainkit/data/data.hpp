@@ -1,6 +1,7 @@
 // trainkit/data/data.hpp - umbrella of the data component: IDX/MNIST readers and mini-batches.
 #pragma once
 
+#include "trainkit/data/batch.hpp"
 #include "trainkit/data/batch_iterator.hpp"
 #include "trainkit/data/cifar10.hpp"
 #include "trainkit/data/distributed_sampler.hpp"

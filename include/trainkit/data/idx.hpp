@@ -31,7 +31,7 @@
 #include "trainkit/backend/cpu/elementwise.hpp"  // host loops behind copy_: the data lives on the host
 #include "trainkit/config.hpp"                   // TRAINKIT_HAS_OPENMP
 #include "trainkit/core/dtype.hpp"               // element
-#include "trainkit/core/elementwise.hpp"         // copy_, behind tensor::contiguous()/to_vector()
+#include "trainkit/ops/elementwise.hpp"         // copy_, behind tensor::contiguous()/to_vector()
 #include "trainkit/core/error.hpp"               // io_error, value_error, TRAINKIT_CHECK
 #include "trainkit/core/shape.hpp"               // index_t, shape, to_string
 #include "trainkit/core/tensor.hpp"              // tensor

@@ -23,7 +23,7 @@
 #include <cstdint>    // std::int64_t, std::uint64_t
 #include <cstring>    // std::memcpy
 #include <exception>  // std::exception_ptr, std::rethrow_exception
-#include <iterator>   // std::default_sentinel_t, std::input_iterator_tag
+#include <iterator>   // std::default_sentinel_t
 #include <mutex>
 #include <thread>
 #include <utility>  // std::move
@@ -31,11 +31,11 @@
 
 #include "trainkit/backend/cpu/elementwise.hpp"   // host loops behind copy_: the data lives on the host
 #include "trainkit/core/dtype.hpp"                // element
-#include "trainkit/core/elementwise.hpp"          // copy_, behind tensor::contiguous()
+#include "trainkit/ops/elementwise.hpp"          // copy_, behind tensor::contiguous()
 #include "trainkit/core/error.hpp"                // shape_error, value_error, index_error, usage_error
 #include "trainkit/core/shape.hpp"                // index_t, shape, to_string
 #include "trainkit/core/tensor.hpp"               // tensor
-#include "trainkit/data/batch_iterator.hpp"       // batch
+#include "trainkit/data/batch.hpp"                // batch, cursor_iterator
 #include "trainkit/data/distributed_sampler.hpp"  // distributed_sampler (the default sampler)
 #include "trainkit/data/mnist.hpp"                // basic_dataset
 #include "trainkit/data/transforms.hpp"           // any_transform, sample_rng, image_shape
@@ -184,34 +184,8 @@ class data_loader {
  public:
   using sampler_state = decltype(std::declval<const Sampler&>().get_state());
 
-  /// Range-for support: an input iterator that hands out next() until the end of the pass.
-  class iterator {
-   public:
-    using iterator_category = std::input_iterator_tag;
-    using value_type = batch<float>;
-    using difference_type = std::ptrdiff_t;
-
-    iterator() = default;
-    explicit iterator(data_loader* owner) : owner_(owner) { advance(); }
-    batch<float>& operator*() const { return current_; }
-    batch<float>* operator->() const { return &current_; }
-    iterator& operator++() {
-      advance();
-      return *this;
-    }
-    void operator++(int) { advance(); }
-    friend bool operator==(const iterator& it, std::default_sentinel_t) { return it.done_; }
-
-   private:
-    void advance() {
-      current_ = {};  // drop the previous batch before the next one is built
-      done_ = !(owner_ && owner_->has_next());
-      if (!done_) current_ = owner_->next();
-    }
-    data_loader* owner_ = nullptr;
-    mutable batch<float> current_;
-    bool done_ = true;
-  };
+  /// Range-for support: hands out next() until the end of the pass.
+  using iterator = detail::cursor_iterator<data_loader, batch<float>>;
 
   /// value_error for batch_size < 1, num_workers < 0, prefetch < 0 or a sampler over more samples
   /// than the dataset has; shape_error when a transform does not accept the sample shape. No

@@ -43,7 +43,7 @@
 
 #include "trainkit/backend/cpu/elementwise.hpp"  // host loops behind copy_: the data lives on the host
 #include "trainkit/config.hpp"                   // TRAINKIT_HAS_OPENMP
-#include "trainkit/core/elementwise.hpp"         // copy_, behind tensor::contiguous()
+#include "trainkit/ops/elementwise.hpp"         // copy_, behind tensor::contiguous()
 #include "trainkit/core/error.hpp"               // shape_error, value_error, TRAINKIT_CHECK
 #include "trainkit/core/philox.hpp"              // philox4x32_10, uniform_float
 #include "trainkit/core/shape.hpp"               // index_t, shape, to_string

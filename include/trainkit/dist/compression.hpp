@@ -20,7 +20,7 @@
 #include <utility>      // std::pair
 #include <vector>
 
-#include "trainkit/core/elementwise.hpp"  // tensor's fill_/copy_ (the residuals as tensors)
+#include "trainkit/ops/elementwise.hpp"  // tensor's fill_/copy_ (the residuals as tensors)
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/shape.hpp"
 #include "trainkit/core/tensor.hpp"

@@ -47,7 +47,7 @@ concept communicator_for = dist_element<T> &&
 /// A group of `size()` ranks, this handle being rank `rank()`, with asynchronous collectives
 /// (see communicator_for) for every dist_element type, and `barrier()`.
 /// Models: thread_group (ranks are threads of one process), mpi (processes, any MPI launcher),
-/// nccl (CUDA devices; backend/cuda/nccl.cuh).
+/// nccl (CUDA devices; dist/nccl.cuh).
 template <class C>
 concept communicator = requires(C& c, const C& cc) {
   { cc.rank() } -> std::convertible_to<int>;

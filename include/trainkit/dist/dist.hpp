@@ -1,11 +1,10 @@
 // trainkit/dist/dist.hpp - the communicator concept and the models that need nothing but the host
 // compiler. The MPI model needs <mpi.h> and MPI's libraries (CMake: trainkit::mpi), so it is included
-// on its own: <trainkit/dist/mpi.hpp>; the NCCL model is CUDA code: <trainkit/backend/cuda/nccl.cuh>.
+// on its own: <trainkit/dist/mpi.hpp>; the NCCL model is CUDA code: <trainkit/dist/nccl.cuh>.
 #pragma once
 
 #include "trainkit/dist/bucket.hpp"
 #include "trainkit/dist/compression.hpp"
-#include "trainkit/dist/data_parallel.hpp"
 #include "trainkit/dist/quantized_allreduce.hpp"
 #include "trainkit/dist/check_consistent.hpp"
 #include "trainkit/dist/concepts.hpp"

@@ -25,6 +25,7 @@
 #include "trainkit/dist/detail/collective.hpp"
 #include "trainkit/dist/detail/element.hpp"
 #include "trainkit/dist/detail/mpi_types.hpp"
+#include "trainkit/dist/detail/poll.hpp"
 #include "trainkit/dist/detail/timeout_env.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
@@ -200,36 +201,23 @@ class mpi_work final : public work_state {
 
   void wait() override {
     if (state_ == status::pending) {
-      const auto start = std::chrono::steady_clock::now();
-      const auto deadline = start + c_->timeout;
-      // Poll: yield for the first 200 us (small collectives finish in microseconds), then sleep a
-      // sixteenth of the time waited so far (50 us - 1 ms): spinning would take a core from the
-      // training threads, and from the peers when ranks share cores (mpirun --oversubscribe), while
-      // the added latency stays within ~6% of the collective's own time.
-      for (;;) {
-        test();
-        if (state_ != status::pending) break;
-        if (c_->broken) {
-          abandon();
-          fail("the communicator failed meanwhile: " + c_->reason());
-          break;
-        }
-        const auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) {
-          std::ostringstream os;
-          os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call()
-             << " to complete (a peer may have died or stalled; the communicator cannot be used any more)";
-          c_->mark_broken(os.str());
-          abandon();
-          fail(os.str());
-          break;
-        }
-        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - start);
-        if (waited < std::chrono::microseconds(200))
-          std::this_thread::yield();
-        else
-          std::this_thread::sleep_for(
-              std::clamp(waited / 16, std::chrono::microseconds(50), std::chrono::microseconds(1000)));
+      const bool settled = poll_until(
+          [&] {
+            test();
+            if (state_ == status::pending && c_->broken) {
+              abandon();
+              fail("the communicator failed meanwhile: " + c_->reason());
+            }
+            return state_ != status::pending;
+          },
+          c_->timeout);
+      if (!settled) {
+        std::ostringstream os;
+        os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call()
+           << " to complete (a peer may have died or stalled; the communicator cannot be used any more)";
+        c_->mark_broken(os.str());
+        abandon();
+        fail(os.str());
       }
     }
     if (state_ == status::failed) throw dist_error(error_);

@@ -1,5 +1,5 @@
 // trainkit/dist/nccl_fwd.hpp - the name and options of the NCCL communicator, for host code that
-// passes one around without compiling CUDA. The class itself: <trainkit/backend/cuda/nccl.cuh>.
+// passes one around without compiling CUDA. The class itself: <trainkit/dist/nccl.cuh>.
 #pragma once
 
 #include <chrono>
@@ -15,7 +15,7 @@ struct nccl_options {
   std::chrono::milliseconds timeout{60000};
 };
 
-/// A communicator over NCCL on one CUDA device (backend/cuda/nccl.cuh).
+/// A communicator over NCCL on one CUDA device (dist/nccl.cuh).
 class nccl;
 
 }  // namespace trainkit::dist

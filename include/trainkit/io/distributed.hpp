@@ -14,50 +14,25 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
-#include <cstring>
 #include <functional>
 #include <vector>
 
+#include "trainkit/dist/any_rank.hpp"
 #include "trainkit/dist/concepts.hpp"
-#include "trainkit/dist/reduce_op.hpp"
 
 namespace trainkit::io {
 
-/// A collective on comm: every rank gives its bytes and gets every rank's, in rank order.
+/// allgather_bytes over comm as the std::function resumable_run takes (comm must outlive it).
 template <dist::communicator Comm>
 std::function<std::vector<std::vector<std::byte>>(const std::vector<std::byte>&)> allgather_bytes_of(
     Comm& comm) {
-  return [c = &comm](const std::vector<std::byte>& mine) {
-    const auto world = static_cast<std::size_t>(c->size());
-    std::int64_t n = static_cast<std::int64_t>(mine.size());
-    std::vector<std::int64_t> sizes(world);
-    c->allgather(&n, 1, sizes.data()).wait();
-    std::int64_t longest = 0;
-    for (auto s : sizes) longest = s > longest ? s : longest;
-    // Equal-sized chunks (what allgather moves): each rank's bytes padded to the longest.
-    std::vector<std::uint8_t> padded(static_cast<std::size_t>(longest), 0),
-        all(world * static_cast<std::size_t>(longest));
-    if (!mine.empty()) std::memcpy(padded.data(), mine.data(), mine.size());
-    if (longest > 0) c->allgather(padded.data(), static_cast<std::size_t>(longest), all.data()).wait();
-    std::vector<std::vector<std::byte>> out(world);
-    for (std::size_t r = 0; r < world; ++r) {
-      out[r].resize(static_cast<std::size_t>(sizes[r]));
-      if (sizes[r] > 0)
-        std::memcpy(out[r].data(), all.data() + r * static_cast<std::size_t>(longest), out[r].size());
-    }
-    return out;
-  };
+  return [c = &comm](const std::vector<std::byte>& mine) { return dist::allgather_bytes(*c, mine); };
 }
 
-/// A collective on comm: the OR of a flag over the ranks.
+/// any_rank over comm as the std::function resumable_run takes (comm must outlive it).
 template <dist::communicator Comm>
 std::function<bool(bool)> any_rank_of(Comm& comm) {
-  return [c = &comm](bool local) {
-    std::int32_t v = local ? 1 : 0;
-    c->allreduce(&v, 1, dist::reduce_op::max).wait();
-    return v != 0;
-  };
+  return [c = &comm](bool local) { return dist::any_rank(*c, local); };
 }
 
 }  // namespace trainkit::io

@@ -6,6 +6,7 @@
 //   monitor::registry reg;
 //   monitor::training_metrics metrics(reg);
 //   monitor::http_exporter http(reg, {.port = 9464});      // port 0: any free port, see port()
+//   monitor::run_monitor mon({.port = 9464});              // or all of it in one object (run_monitor.hpp)
 //   // prometheus.yml: scrape_configs: - job_name: trainkit, static_configs: - targets: [host:9464]
 #pragma once
 
@@ -13,25 +14,16 @@
 #include <sys/socket.h>  // setsockopt
 
 #include <chrono>
-#include <filesystem>
-#include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "trainkit/core/error.hpp"
-#include "trainkit/monitor/jsonl_logger.hpp"
-#include "trainkit/monitor/metrics.hpp"
-#include "trainkit/monitor/prometheus.hpp"
-#include "trainkit/monitor/training_metrics.hpp"
+#include "trainkit/monitor/metrics.hpp"      // registry
+#include "trainkit/monitor/prometheus.hpp"   // to_prometheus
+#include "trainkit/monitor/run_monitor.hpp"  // http_exporter_options, basic_run_monitor
 
 namespace trainkit::monitor {
-
-/// Where the exporter listens.
-struct http_exporter_options {
-  std::string host = "0.0.0.0";  ///< every interface (Prometheus usually scrapes from another host)
-  int port = 9464;               ///< 0: a free port chosen by the system (tests)
-  std::string path = "/metrics";
-};
 
 /// An HTTP server answering `path` with to_prometheus(reg). The registry must outlive it; the
 /// destructor stops the server and joins its thread.
@@ -85,42 +77,8 @@ class http_exporter {
   std::thread thread_;
 };
 
-/// Settings of run_monitor (the examples' --metrics-port and --metrics-log).
-struct run_monitor_options {
-  int port = 0;  ///< serve /metrics on this port; 0: no HTTP server
-  std::string host = "0.0.0.0";
-  std::string jsonl_path = {};  ///< append JSON lines here; empty: no log
-  bool gpu = true;              ///< NVML gauges where present
-};
-
-/// Everything a training program needs for monitoring in one object: a registry with the
-/// standard training metrics, the HTTP exporter when a port is given, a JSON-lines log when a
-/// path is given.
-///
-///   monitor::run_monitor mon({.port = static_cast<int>(f.num("metrics-port"))});
-///   train::train_step step(*model, opt, {.metrics = &mon.metrics()});   // or mon.metrics().observe(...)
-///   ... every N steps: mon.log(step_no, epoch);
-class run_monitor {
- public:
-  explicit run_monitor(const run_monitor_options& o = {}) : metrics_(reg_, {.gpu = o.gpu}) {
-    if (o.port > 0) http_.emplace(reg_, http_exporter_options{.host = o.host, .port = o.port});
-    if (!o.jsonl_path.empty()) log_.emplace(std::filesystem::path(o.jsonl_path));
-  }
-  registry& metrics_registry() noexcept { return reg_; }
-  training_metrics& metrics() noexcept { return metrics_; }
-  /// The port /metrics is served on (0 when off).
-  int port() const noexcept { return http_ ? http_->port() : 0; }
-  /// A JSON line with the step and epoch (no-op without a log).
-  void log(std::int64_t step, std::int64_t epoch) {
-    metrics_.set_epoch(epoch);
-    if (log_) log_->log(reg_, {{"step", static_cast<double>(step)}, {"epoch", static_cast<double>(epoch)}});
-  }
-
- private:
-  registry reg_;
-  training_metrics metrics_;
-  std::optional<http_exporter> http_;
-  std::optional<jsonl_logger> log_;
-};
+/// The monitoring object of a training program with the /metrics endpoint (run_monitor.hpp):
+/// registry, standard metrics, this exporter when a port is given, JSON lines when a path is.
+using run_monitor = basic_run_monitor<http_exporter>;
 
 }  // namespace trainkit::monitor

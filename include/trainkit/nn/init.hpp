@@ -10,7 +10,7 @@
 #include <type_traits>  // std::is_same_v
 
 #include "trainkit/core/device.hpp"
-#include "trainkit/core/elementwise.hpp"  // copy_, fill_, cast
+#include "trainkit/ops/elementwise.hpp"  // copy_, fill_, cast
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/generator.hpp"  // generator, default_generator, fill_uniform, fill_normal
 #include "trainkit/core/shape.hpp"

@@ -28,7 +28,7 @@
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/core/device.hpp"
 #include "trainkit/core/dtype.hpp"
-#include "trainkit/core/elementwise.hpp"  // copy_, fill_ (load_state_dict, zero_grad(false))
+#include "trainkit/ops/elementwise.hpp"  // copy_, fill_ (load_state_dict, zero_grad(false))
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/shape.hpp"
 #include "trainkit/core/tensor.hpp"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "trainkit/autograd/ops/norm.hpp"
-#include "trainkit/core/elementwise.hpp"  // apply_, fill_
+#include "trainkit/ops/elementwise.hpp"  // apply_, fill_
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/functors.hpp"
 #include "trainkit/core/shape.hpp"

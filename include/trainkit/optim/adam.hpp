@@ -13,7 +13,7 @@
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/config.hpp"            // TRAINKIT_HD
 #include "trainkit/core/dtype.hpp"        // compute_t
-#include "trainkit/core/elementwise.hpp"  // fill_
+#include "trainkit/ops/elementwise.hpp"  // fill_
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/tensor.hpp"
 #include "trainkit/optim/fused.hpp"

@@ -10,10 +10,10 @@
 #include "trainkit/autograd/grad_mode.hpp"  // no_grad
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/core/dtype.hpp"        // accumulate_t
-#include "trainkit/core/elementwise.hpp"  // abs, square, pow, cast, mul_, apply_
+#include "trainkit/ops/elementwise.hpp"  // abs, square, pow, cast, mul_, apply_
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/functors.hpp"
-#include "trainkit/core/reduce.hpp"  // sum, amax
+#include "trainkit/ops/reduce.hpp"  // sum, amax
 
 namespace trainkit::optim {
 

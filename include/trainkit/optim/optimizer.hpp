@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "trainkit/autograd/var.hpp"
-#include "trainkit/core/elementwise.hpp"  // fill_
+#include "trainkit/ops/elementwise.hpp"  // fill_
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/tensor.hpp"
 

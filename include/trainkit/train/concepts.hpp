@@ -17,7 +17,7 @@ namespace trainkit::train {
 ///                  leaves the averaged gradients in .grad() (a no-op for one process).
 /// Optional, used when present: p.found_inf(bool) -> bool (the OR over the ranks, so every rank
 /// skips the same steps) and p.stats() with bytes_sent and comm_seconds (for the metrics).
-/// Models: no_parallel, dist::data_parallel<Comm, Compression>.
+/// Models: no_parallel, parallel::data_parallel<Comm, Compression>.
 template <class P>
 concept parallel_policy = requires(P& p) {
   p.finish();

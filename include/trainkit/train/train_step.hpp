@@ -21,7 +21,7 @@
 //
 //   // bf16 autocast, sqrt(n) recomputation, DDP with int8 compression, clipping at 1.0:
 //   train::train_step<nn::sequential<float>, optim::adamw<float>, amp::mixed_bf16, amp::no_scaling,
-//                     checkpoint::sqrt_segments, dist::data_parallel<dist::mpi, dist::int8>>
+//                     checkpoint::sqrt_segments, parallel::data_parallel<dist::mpi, dist::int8>>
 //       step(*model, opt, ddp, {.max_grad_norm = 1.0});
 //
 // A policy that does not model its concept stops the build with a static_assert naming the
@@ -100,7 +100,7 @@ concept sequential_model =
 /// \tparam Precision an amp::precision_policy (fp32, mixed<half>, mixed<bfloat16>)
 /// \tparam Scaler an amp::loss_scaler (no_scaling, static_scaling, dynamic_scaling)
 /// \tparam Recompute a checkpoint::recompute_policy (store_all, every_n, sqrt_segments)
-/// \tparam Parallel a train::parallel_policy (no_parallel, dist::data_parallel<...>)
+/// \tparam Parallel a train::parallel_policy (no_parallel, parallel::data_parallel<...>)
 template <class Model, class Optimizer, class Precision = amp::fp32,
           class Scaler = amp::default_scaler_t<Precision>, class Recompute = checkpoint::store_all,
           class Parallel = no_parallel>

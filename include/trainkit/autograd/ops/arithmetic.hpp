@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/core/elementwise.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/elementwise.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::autograd {
 

@@ -13,7 +13,7 @@
 
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/im2col.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 

@@ -6,7 +6,7 @@
 
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/dropout.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 #include "trainkit/core/generator.hpp"
 
 namespace trainkit::autograd {

@@ -8,7 +8,7 @@
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/autograd/ops/nn_detail.hpp"
 #include "trainkit/backend/gather.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 

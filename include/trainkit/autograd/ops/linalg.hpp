@@ -5,8 +5,8 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/core/linalg.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/linalg.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::autograd {
 

@@ -5,9 +5,9 @@
 #include <vector>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/core/elementwise.hpp"
-#include "trainkit/core/linalg.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/elementwise.hpp"
+#include "trainkit/ops/linalg.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::autograd {
 

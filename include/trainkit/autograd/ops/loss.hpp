@@ -13,8 +13,8 @@
 #include "trainkit/autograd/ops/nn_detail.hpp"
 #include "trainkit/autograd/ops/softmax.hpp"
 #include "trainkit/backend/gather.hpp"
-#include "trainkit/core/elementwise.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/elementwise.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::autograd {
 

@@ -8,7 +8,7 @@
 #include "trainkit/autograd/ops/nn_detail.hpp"
 #include "trainkit/backend/norm.hpp"
 #include "trainkit/core/dtype.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 

@@ -7,7 +7,7 @@
 
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/pool.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::autograd {
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/core/elementwise.hpp"
-#include "trainkit/core/concat.hpp"
-#include "trainkit/core/reduce.hpp"
+#include "trainkit/ops/elementwise.hpp"
+#include "trainkit/ops/concat.hpp"
+#include "trainkit/ops/reduce.hpp"
 
 namespace trainkit::autograd {
 

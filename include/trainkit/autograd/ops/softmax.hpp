@@ -6,8 +6,8 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/backend/norm.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/backend/softmax.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 
@@ -42,7 +42,7 @@ struct softmax {
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
     const tensor<T, D> g = grad.contiguous();
     auto dx = tensor<T, D>::empty(y.sizes());
-    backend::norm<D>::softmax_backward(y.data(), g.data(), l.outer, l.dim, l.inner, Log, dx.data());
+    backend::softmax<D>::backward(y.data(), g.data(), l.outer, l.dim, l.inner, Log, dx.data());
     return {dx};
   }
 };
@@ -53,7 +53,7 @@ template <bool Log, class T, class D>
 tensor<T, D> softmax_forward(const tensor<T, D>& x, const softmax_layout& l) {
   const tensor<T, D> xv = x.contiguous();
   auto y = tensor<T, D>::empty(x.sizes());
-  if (y.numel() > 0) backend::norm<D>::softmax_forward(xv.data(), l.outer, l.dim, l.inner, Log, y.data());
+  if (y.numel() > 0) backend::softmax<D>::forward(xv.data(), l.outer, l.dim, l.inner, Log, y.data());
   return y;
 }
 }  // namespace detail

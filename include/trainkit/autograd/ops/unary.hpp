@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 

@@ -7,5 +7,6 @@
 #include "trainkit/backend/cpu/dropout.hpp"      // dropout masks from the Philox stream
 #include "trainkit/backend/cpu/gather.hpp"       // embedding rows, one-hot targets
 #include "trainkit/backend/cpu/im2col.hpp"       // convolution unfold/fold
-#include "trainkit/backend/cpu/norm.hpp"         // batch norm, layer norm, softmax
+#include "trainkit/backend/cpu/norm.hpp"         // batch norm, layer norm
+#include "trainkit/backend/cpu/softmax.hpp"      // softmax, log_softmax
 #include "trainkit/backend/cpu/pool.hpp"         // max/avg pooling

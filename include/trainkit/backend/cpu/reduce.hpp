@@ -14,18 +14,9 @@ struct reduce<cpu> {
   template <class R, class In, class Out>
   static void run(const shape& sizes, const std::vector<bool>& reduced, const In* in, const shape& in_strides,
                   Out* out, const shape& out_strides, R r) {
-    // Split the dims into kept (outer) and reduced (inner) lists.
-    shape ksz, kin, kout, rsz, rin;
-    for (std::size_t d = 0; d < sizes.size(); ++d) {
-      if (reduced[d]) {
-        rsz.push_back(sizes[d]);
-        rin.push_back(in_strides[d]);
-      } else {
-        ksz.push_back(sizes[d]);
-        kin.push_back(in_strides[d]);
-        kout.push_back(out_strides[d]);
-      }
-    }
+    reduce_dims dims = split_reduce_dims(sizes, reduced, in_strides, out_strides);
+    shape &ksz = dims.kept_sizes, &kin = dims.kept_in_strides, &kout = dims.kept_out_strides;
+    shape &rsz = dims.reduced_sizes, &rin = dims.reduced_in_strides;
     const index_t n_out = numel(ksz), n_red = numel(rsz);
     if (n_out == 0) return;
     using C = compute_t<In>;

@@ -30,7 +30,7 @@
 #include "trainkit/backend/cuda/stream.cuh"
 #include "trainkit/backend/im2col.hpp"
 #include "trainkit/core/dtype.hpp"
-#include "trainkit/core/reduce.hpp"  // reducers::sum
+#include "trainkit/core/reducers.hpp"  // reducers::sum
 
 namespace trainkit::backend {
 

@@ -6,7 +6,7 @@
 // fast path: each thread loads 4 vectors of K elements per operand (16-byte accesses; K = 16 /
 // the smallest element size), calls the functor on the registers and stores the operands it may
 // have changed. Operands that need no store: const ones, those the functor takes by const
-// reference or by value, and the output of the assign/cast/fill functors of core/elementwise.hpp,
+// reference or by value, and the output of the assign/cast/fill functors of core/assign.hpp,
 // which is not even loaded. Everything else (broadcast strides, views) runs the strided kernel,
 // which decomposes each linear index into per-operand offsets; work beyond 2^31 elements or
 // max_dims dims is split on the host.
@@ -24,7 +24,7 @@
 #include "trainkit/backend/cuda/launch.cuh"
 #include "trainkit/backend/cuda/stream.cuh"
 #include "trainkit/backend/elementwise.hpp"
-#include "trainkit/core/elementwise.hpp"  // the assign/update/cast functors recognised below
+#include "trainkit/core/assign.hpp"  // the assign/update/cast functors recognised below
 #include "trainkit/core/functors.hpp"
 
 namespace trainkit::backend {

@@ -1,13 +1,13 @@
-// trainkit/backend/cuda/norm.cuh - norm<cuda>: batch norm (cuDNN, or our kernels), layer norm and
-// softmax / log_softmax on the GPU (contract in backend/norm.hpp).
+// trainkit/backend/cuda/norm.cuh - norm<cuda>: batch norm (cuDNN, or our kernels) and layer norm on
+// the GPU (contract in backend/norm.hpp); softmax is backend/cuda/softmax.cuh.
 //
 // Batch norm: with float or double data, affine parameters and settings().cudnn_batch_norm, the
 // training passes are cuDNN's (CUDNN_BATCHNORM_SPATIAL, same statistics: biased variance to
 // normalise, unbiased for the running estimate). Otherwise our kernels: per-channel statistics in
 // double, shifted by the channel's first value as on the host, folded in contiguous splits of the
 // channel by a grid of blocks and merged in split order; then one pass applies scale and shift.
-// Layer norm and softmax: a warp (short rows) or a block (long rows) per row, or a thread per
-// column when the softmax dim is strided. Every reduction has a fixed order: results repeat.
+// Layer norm: a warp (short rows) or a block (long rows) per row. Every reduction has a fixed
+// order: results repeat.
 #pragma once
 
 #include <cudnn.h>
@@ -22,6 +22,7 @@
 #include <type_traits>
 
 #include "trainkit/backend/cuda/allocator.cuh"
+#include "trainkit/backend/cuda/block_reduce.cuh"
 #include "trainkit/backend/cuda/cudnn.cuh"
 #include "trainkit/backend/cuda/launch.cuh"
 #include "trainkit/backend/cuda/settings.cuh"
@@ -45,50 +46,6 @@ struct scratch {
   scratch& operator=(const scratch&) = delete;
   ~scratch() { allocator<cuda>::deallocate(p, bytes); }
 };
-
-// trainkit::exp / trainkit::log (the tensor ops) hide the global math functions here.
-template <class A>
-__device__ __forceinline__ A dexp(A x) {
-  if constexpr (std::is_same_v<A, float>) return ::expf(x);
-  else return ::exp(x);
-}
-template <class A>
-__device__ __forceinline__ A dlog(A x) {
-  if constexpr (std::is_same_v<A, float>) return ::logf(x);
-  else return ::log(x);
-}
-
-struct sum_op {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a + b;
-  }
-};
-/// std::max's rule (a NaN second operand is skipped), as the host softmax uses it.
-struct max_op {
-  template <class A>
-  __device__ __forceinline__ A operator()(A a, A b) const {
-    return a < b ? b : a;
-  }
-};
-
-/// Reduction over a group of G threads (G = 32: a warp; G = block_threads: the block); every
-/// thread of the group gets the result. smem: block_threads / 32 values, unused for G = 32.
-template <int G, class A, class Op>
-__device__ __forceinline__ A group_allreduce(A v, Op op, A* smem) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
-  if constexpr (G > 32) {
-    const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
-    __syncthreads();  // smem may still be read by a previous call
-    if (lane == 0) smem[warp] = v;
-    __syncthreads();
-    v = smem[0];
-#pragma unroll
-    for (int w = 1; w < G / 32; ++w) v = op(v, smem[w]);
-  }
-  return v;
-}
 
 // ---- batch norm: statistics ------------------------------------------------------------------
 
@@ -356,106 +313,6 @@ __global__ void ln_param_finish_kernel(index_t cols, int splits, const double* p
   if (dbias) dbias[j] = T(b);
 }
 
-// ---- softmax ---------------------------------------------------------------------------------
-
-template <int G, class T>
-__global__ void __launch_bounds__(block_threads) softmax_row_kernel(const T* x, index_t outer, index_t dim, bool log,
-                                                                    T* y) {
-  using C = compute_t<T>;
-  using A = accumulate_t<T>;
-  __shared__ C smem_c[block_threads / 32];
-  __shared__ A smem_a[block_threads / 32];
-  constexpr int groups = block_threads / G;
-  const index_t o = index_t(blockIdx.x) * groups + int(threadIdx.x) / G;
-  const int lane = int(threadIdx.x) % G;
-  const bool active = o < outer;
-  const T* p = x + (active ? o : 0) * dim;
-  C mx = -std::numeric_limits<C>::infinity();
-  if (active)
-    for (index_t d = lane; d < dim; d += G) mx = max_op{}(mx, C(p[d]));
-  mx = group_allreduce<G>(mx, max_op{}, smem_c);
-  if (!(mx > -std::numeric_limits<C>::infinity())) mx = C(0);  // all -inf (or NaN): as the host
-  A sum = 0;
-  if (active)
-    for (index_t d = lane; d < dim; d += G) sum += A(dexp(C(p[d]) - mx));
-  sum = group_allreduce<G>(sum, sum_op{}, smem_a);
-  if (!active) return;
-  T* q = y + o * dim;
-  if (log) {
-    const C lse = mx + C(dlog(sum));
-    for (index_t d = lane; d < dim; d += G) q[d] = T(C(p[d]) - lse);
-  } else {
-    const C inv = C(1) / C(sum);
-    for (index_t d = lane; d < dim; d += G) q[d] = T(T(dexp(C(p[d]) - mx)) * inv);
-  }
-}
-
-template <class T>
-__global__ void __launch_bounds__(block_threads) softmax_column_kernel(const T* x, index_t outer, index_t dim,
-                                                                       index_t inner, bool log, T* y) {
-  using C = compute_t<T>;
-  using A = accumulate_t<T>;
-  const index_t t = index_t(blockIdx.x) * block_threads + threadIdx.x;
-  if (t >= outer * inner) return;
-  const index_t o = t / inner, i = t % inner;
-  const T* base = x + o * dim * inner + i;
-  T* out = y + o * dim * inner + i;
-  C mx = -std::numeric_limits<C>::infinity();
-  for (index_t d = 0; d < dim; ++d) mx = max_op{}(mx, C(base[d * inner]));
-  if (!(mx > -std::numeric_limits<C>::infinity())) mx = C(0);
-  A sum = 0;
-  for (index_t d = 0; d < dim; ++d) sum += A(dexp(C(base[d * inner]) - mx));
-  if (log) {
-    const C ls = C(dlog(sum));
-    for (index_t d = 0; d < dim; ++d) out[d * inner] = T(C(base[d * inner]) - mx - ls);
-  } else {
-    for (index_t d = 0; d < dim; ++d) out[d * inner] = T(C(T(dexp(C(base[d * inner]) - mx))) / C(sum));
-  }
-}
-
-template <int G, class T>
-__global__ void __launch_bounds__(block_threads) softmax_backward_row_kernel(const T* y, const T* g, index_t outer,
-                                                                             index_t dim, bool log, T* dx) {
-  using C = compute_t<T>;
-  using A = accumulate_t<T>;
-  __shared__ A smem[block_threads / 32];
-  constexpr int groups = block_threads / G;
-  const index_t o = index_t(blockIdx.x) * groups + int(threadIdx.x) / G;
-  const int lane = int(threadIdx.x) % G;
-  const bool active = o < outer;
-  const index_t base = (active ? o : 0) * dim;
-  A dot = 0;
-  if (active)
-    for (index_t d = lane; d < dim; d += G) dot += log ? A(g[base + d]) : A(C(g[base + d]) * C(y[base + d]));
-  dot = group_allreduce<G>(dot, sum_op{}, smem);
-  if (!active) return;
-  for (index_t d = lane; d < dim; d += G) {
-    const index_t k = base + d;
-    dx[k] = log ? T(C(g[k]) - dexp(C(y[k])) * C(dot)) : T(C(y[k]) * (C(g[k]) - C(dot)));
-  }
-}
-
-template <class T>
-__global__ void __launch_bounds__(block_threads) softmax_backward_column_kernel(const T* y, const T* g, index_t outer,
-                                                                                index_t dim, index_t inner, bool log,
-                                                                                T* dx) {
-  using C = compute_t<T>;
-  using A = accumulate_t<T>;
-  const index_t t = index_t(blockIdx.x) * block_threads + threadIdx.x;
-  if (t >= outer * inner) return;
-  const index_t o = t / inner, i = t % inner;
-  const index_t base = o * dim * inner + i;
-  A dot = 0;
-  for (index_t d = 0; d < dim; ++d) {
-    const index_t k = base + d * inner;
-    dot += log ? A(g[k]) : A(C(g[k]) * C(y[k]));
-  }
-  for (index_t d = 0; d < dim; ++d) {
-    const index_t k = base + d * inner;
-    dx[k] = log ? T(C(g[k]) - dexp(C(y[k])) * C(dot)) : T(C(y[k]) * (C(g[k]) - C(dot)));
-  }
-}
-
 /// Splits of a channel (or of the rows) so that about 8 blocks per multiprocessor run.
 inline int splits_for(index_t groups, index_t work_per_group, index_t min_per_split) {
   const index_t target = index_t(current_device_info().multiprocessors) * 8;
@@ -615,48 +472,6 @@ struct norm<cuda> {
     gpu::check_launch("ln_param_finish_kernel");
   }
 
-  // ---- softmax -------------------------------------------------------------------------------
-  template <class T>
-  static void softmax_forward(const T* x, index_t outer, index_t dim, index_t inner, bool log, T* y) {
-    namespace d = gpu::detail;
-    if (outer * dim * inner == 0) return;
-    const cudaStream_t st = gpu::current_stream();
-    if (inner == 1) {
-      if (dim >= 1024)
-        d::softmax_row_kernel<d::block_threads, T><<<d::grid_for(outer, 1), d::block_threads, 0, st>>>(x, outer, dim,
-                                                                                                      log, y);
-      else
-        d::softmax_row_kernel<32, T><<<d::grid_for(outer, d::block_threads / 32), d::block_threads, 0, st>>>(
-            x, outer, dim, log, y);
-      gpu::check_launch("softmax_row_kernel");
-      return;
-    }
-    d::softmax_column_kernel<T><<<d::grid_for(outer * inner, d::block_threads), d::block_threads, 0, st>>>(
-        x, outer, dim, inner, log, y);
-    gpu::check_launch("softmax_column_kernel");
-  }
-
-  template <class T>
-  static void softmax_backward(const T* y, const T* g, index_t outer, index_t dim, index_t inner, bool log, T* dx) {
-    namespace d = gpu::detail;
-    if (outer * dim * inner == 0) return;
-    const cudaStream_t st = gpu::current_stream();
-    if (inner == 1) {
-      if (dim >= 1024)
-        d::softmax_backward_row_kernel<d::block_threads, T><<<d::grid_for(outer, 1), d::block_threads, 0, st>>>(
-            y, g, outer, dim, log, dx);
-      else
-        d::softmax_backward_row_kernel<32, T><<<d::grid_for(outer, d::block_threads / 32), d::block_threads, 0, st>>>(
-            y, g, outer, dim, log, dx);
-      gpu::check_launch("softmax_backward_row_kernel");
-      return;
-    }
-    d::softmax_backward_column_kernel<T><<<d::grid_for(outer * inner, d::block_threads), d::block_threads, 0, st>>>(
-        y, g, outer, dim, inner, log, dx);
-    gpu::check_launch("softmax_backward_column_kernel");
-  }
-
- private:
   static std::string context(index_t n, index_t c, index_t s) {
     std::ostringstream os;
     os << "batch_norm over an input viewed as [" << n << ", " << c << ", " << s << "]";

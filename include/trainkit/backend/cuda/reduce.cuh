@@ -1,5 +1,5 @@
 // trainkit/backend/cuda/reduce.cuh - reduce<cuda>::run: sum, mean, amax, argmax... on the GPU with
-// the reducer functors of core/reduce.hpp (init/step/merge/finish, all TRAINKIT_HD).
+// the reducer functors of core/reducers.hpp (init/step/merge/finish, all TRAINKIT_HD).
 //
 // The problem is seen as n_out outputs, each folding n_red elements (kept dims x reduced dims,
 // each group coalesced). Two kernels:
@@ -206,17 +206,9 @@ struct reduce<cuda> {
     using A = decltype(r.init());
     static_assert(std::is_trivially_copyable_v<A> && std::is_trivially_copyable_v<R>,
                   "reduce<cuda>: reducer and state are copied to the device");
-    shape ksz, kin, kout, rsz, rin;
-    for (std::size_t d = 0; d < sizes.size(); ++d) {
-      if (reduced[d]) {
-        rsz.push_back(sizes[d]);
-        rin.push_back(in_strides[d]);
-      } else {
-        ksz.push_back(sizes[d]);
-        kin.push_back(in_strides[d]);
-        kout.push_back(out_strides[d]);
-      }
-    }
+    reduce_dims dims = split_reduce_dims(sizes, reduced, in_strides, out_strides);
+    shape &ksz = dims.kept_sizes, &kin = dims.kept_in_strides, &kout = dims.kept_out_strides;
+    shape &rsz = dims.reduced_sizes, &rin = dims.reduced_in_strides;
     const index_t n_out = numel(ksz), n_red = numel(rsz);
     if (n_out == 0) return;
     g::coalesce_group(ksz, {&kin, &kout});

@@ -1,9 +1,9 @@
-// trainkit/core/concat.hpp - joining tensors along a dimension.
+// trainkit/ops/concat.hpp - joining tensors along a dimension.
 #pragma once
 
 #include <vector>
 
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 #include "trainkit/core/tensor.hpp"
 
 namespace trainkit {

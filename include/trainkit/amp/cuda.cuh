@@ -1,4 +1,4 @@
-// trainkit/backend/cuda/amp.cuh - mixed precision on the GPU: cuBLASLt and cuDNN take half and
+// trainkit/amp/cuda.cuh - mixed precision on the GPU: cuBLASLt and cuDNN take half and
 // bfloat16 operands with fp32 accumulation, so the amp ops hand them their compute-type tensors
 // directly instead of widening to fp32 first (amp/ops.hpp, detail::native_gemm).
 #pragma once

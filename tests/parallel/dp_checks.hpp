@@ -1,4 +1,4 @@
-// tests/dist/dp_checks.hpp - the DDP equivalence check shared by the thread_group tests
+// tests/parallel/dp_checks.hpp - the DDP equivalence check shared by the thread_group tests
 // (tests/dist/test_data_parallel.cpp) and the mpirun ones (tests/mpi/test_ddp.cpp): a small MLP
 // (no BatchNorm, so the equivalence is exact up to round-off) trained one way in one process and
 // the other way on N ranks. No Catch2 macro here: thread_group calls these on its rank threads.
@@ -14,8 +14,8 @@
 
 #include "trainkit/autograd/autograd.hpp"
 #include "trainkit/autograd/ops/loss.hpp"
-#include "trainkit/core/core.hpp"
-#include "trainkit/dist/data_parallel.hpp"
+#include "trainkit/ops/ops.hpp"
+#include "trainkit/parallel/data_parallel.hpp"
 #include "trainkit/nn/activation.hpp"
 #include "trainkit/nn/linear.hpp"
 #include "trainkit/nn/sequential.hpp"
@@ -28,6 +28,7 @@ using tensor = trainkit::tensor<float>;
 using var = trainkit::autograd::var<float>;
 namespace nn = trainkit::nn;
 namespace dist = trainkit::dist;
+namespace parallel = trainkit::parallel;
 
 inline constexpr index_t in_features = 6, out_features = 3;
 inline constexpr double lr = 0.05, momentum = 0.9;
@@ -74,7 +75,7 @@ inline param_values reference(int world, int steps, int micro, index_t b) {
 /// What a rank saw besides its parameters.
 struct shard_result {
   param_values params;
-  dist::data_parallel_stats stats;
+  parallel::data_parallel_stats stats;
   std::size_t buckets = 0;
 };
 
@@ -82,10 +83,10 @@ struct shard_result {
 /// must fix that) and trains on its shard - micro-batch k of step s is rows [(k * world + r) * b, +b)
 /// of the batch - with micro - 1 backward passes inside no_sync() and the last one synced.
 template <class Compression = dist::none, class Comm>
-shard_result train_shard(Comm& comm, int steps, int micro, index_t b, dist::data_parallel_options opts = {}) {
+shard_result train_shard(Comm& comm, int steps, int micro, index_t b, parallel::data_parallel_options opts = {}) {
   const int world = comm.size(), r = comm.rank();
   auto m = make_mlp(r == 0 ? 7 : 50 + static_cast<std::uint64_t>(r));
-  dist::data_parallel<Comm, Compression> ddp(comm, *m, opts);
+  parallel::data_parallel<Comm, Compression> ddp(comm, *m, opts);
   trainkit::optim::sgd<> opt(m->parameters(), {.lr = lr, .momentum = momentum});
   for (int s = 0; s < steps; ++s) {
     auto [x, y] = batch(s, world * micro * b);

@@ -1,10 +1,10 @@
-// trainkit/dist/data_parallel.hpp - data_parallel<Comm, Compression>: PyTorch DDP's reducer for
+// trainkit/parallel/data_parallel.hpp - data_parallel<Comm, Compression>: PyTorch DDP's reducer for
 // trainkit modules. Every rank runs the same model on its shard of the batch; data_parallel makes
 // the gradients the average over the ranks, reducing bucket by bucket while backward is still
 // running (DESIGN.md section 5):
 //
-//   dist::thread_group / dist::mpi comm = ...;
-//   dist::data_parallel<dist::mpi, dist::int8> ddp(comm, *model);   // checks + broadcasts rank 0's
+//   thread_group / mpi comm = ...;
+//   data_parallel<mpi, int8> ddp(comm, *model);   // checks + broadcasts rank 0's
 //   for (...) {
 //     optimizer.zero_grad();
 //     loss(model->forward(x), y).backward();  // hooks copy gradients into buckets; full buckets go
@@ -41,18 +41,21 @@
 
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/core/device.hpp"
-#include "trainkit/core/elementwise.hpp"  // copy_, zero_
+#include "trainkit/ops/elementwise.hpp"  // copy_, zero_
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/tensor.hpp"
 #include "trainkit/dist/bucket.hpp"
 #include "trainkit/dist/check_consistent.hpp"  // hash_bytes, hash_combine, check_consistent
 #include "trainkit/dist/compression.hpp"
+#include "trainkit/dist/any_rank.hpp"
 #include "trainkit/dist/concepts.hpp"
 #include "trainkit/dist/quantized_allreduce.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
 
-namespace trainkit::dist {
+namespace trainkit::parallel {
+
+
 
 /// Settings of data_parallel.
 struct data_parallel_options {
@@ -80,15 +83,6 @@ struct data_parallel_stats {
   }
 };
 
-/// Collective: true on every rank when `local` is true on any rank (the loss scaler's found_inf
-/// across ranks). Call it when no other collective is in flight on comm.
-template <communicator Comm>
-bool any_rank(Comm& comm, bool local) {
-  std::int32_t v = local ? 1 : 0;
-  comm.allreduce(&v, 1, reduce_op::max).wait();
-  return v != 0;
-}
-
 /// Data-parallel training over a communicator: parameter and buffer broadcast from rank 0 at
 /// construction (after checking that every rank holds the same parameter list), gradient buckets
 /// reduced through the compression policy on a communication thread while backward runs, and
@@ -98,7 +92,7 @@ bool any_rank(Comm& comm, bool local) {
 /// \tparam Compression a gradient_compression policy (none by default)
 /// \tparam T the parameters' element type (lossy compression needs float)
 /// \tparam Device cpu (CUDA reduces on a side stream; it comes with the CUDA backend)
-template <communicator Comm, gradient_compression Compression = none, class T = float, class Device = cpu>
+template <dist::communicator Comm, dist::gradient_compression Compression = dist::none, class T = float, class Device = cpu>
 class data_parallel {
   static_assert(std::is_same_v<Device, cpu>,
                 "data_parallel: only the cpu device for now (CUDA DDP with streams comes with the CUDA backend)");
@@ -183,7 +177,7 @@ class data_parallel {
   /// next backward.
   bool found_inf(bool local) {
     core_->require_idle("found_inf");
-    return any_rank(core_->comm, local);
+    return dist::any_rank(core_->comm, local);
   }
 
   data_parallel_stats stats() const {
@@ -196,7 +190,7 @@ class data_parallel {
   /// between steps only.
   Compression& compression() noexcept { return core_->compression; }
   const Compression& compression() const noexcept { return core_->compression; }
-  const bucket_plan& buckets() const noexcept { return core_->layout; }
+  const dist::bucket_plan& buckets() const noexcept { return core_->layout; }
   const data_parallel_options& options() const noexcept { return core_->opts; }
   int rank() const { return core_->comm.rank(); }
   int size() const { return core_->comm.size(); }
@@ -211,7 +205,7 @@ class data_parallel {
     named_buffers buffers;
     data_parallel_options opts;
     Compression compression;
-    bucket_plan layout;
+    dist::bucket_plan layout;
     std::vector<tensor_type> flat;  // one buffer per bucket
     std::vector<tensor_type> slot;  // per parameter: its view into its bucket's buffer
 
@@ -230,7 +224,7 @@ class data_parallel {
     std::exception_ptr failure;
     data_parallel_stats stats;
     std::thread worker;
-    compress_workspace ws;  // used by the communication thread only
+    dist::compress_workspace ws;  // used by the communication thread only
 
     core(Comm& c, named_parameters p, named_buffers b, data_parallel_options o, Compression comp)
         : comm(c), params(std::move(p)), buffers(std::move(b)), opts(o), compression(std::move(comp)) {}
@@ -240,11 +234,11 @@ class data_parallel {
 
     // ---- construction -----------------------------------------------------------------------
     static std::uint64_t entry_hash(std::string_view kind, const std::string& name, const shape& s, bool grad) {
-      std::uint64_t h = hash_bytes(kind.data(), kind.size());
-      h = hash_bytes(name.data(), name.size(), h);
-      h = hash_combine(h, s.size());
-      for (index_t d : s) h = hash_combine(h, static_cast<std::uint64_t>(d));
-      return hash_combine(h, grad ? 1 : 0);
+      std::uint64_t h = dist::hash_bytes(kind.data(), kind.size());
+      h = dist::hash_bytes(name.data(), name.size(), h);
+      h = dist::hash_combine(h, s.size());
+      for (index_t d : s) h = dist::hash_combine(h, static_cast<std::uint64_t>(d));
+      return dist::hash_combine(h, grad ? 1 : 0);
     }
     std::string describe(std::size_t i) const {
       std::ostringstream os;
@@ -269,13 +263,13 @@ class data_parallel {
       for (const auto& [n, v] : params) hashes.push_back(entry_hash("p", n, v.sizes(), v.requires_grad()));
       for (const auto& [n, t] : buffers) hashes.push_back(entry_hash("b", n, t.sizes(), false));
       // Settings that change which collectives run must agree too.
-      std::uint64_t settings = hash_bytes(Compression::name.data(), Compression::name.size());
-      settings = hash_combine(settings, static_cast<std::uint64_t>(Compression::block));
-      settings = hash_combine(settings, opts.bucket_cap_bytes);
-      settings = hash_combine(settings, opts.first_bucket_cap_bytes);
-      settings = hash_combine(settings, opts.broadcast_buffers ? 1 : 0);
-      settings = hash_combine(settings, sizeof(T));
-      check_consistent(comm, settings, "data_parallel: the settings (compression policy, bucket caps, "
+      std::uint64_t settings = dist::hash_bytes(Compression::name.data(), Compression::name.size());
+      settings = dist::hash_combine(settings, static_cast<std::uint64_t>(Compression::block));
+      settings = dist::hash_combine(settings, opts.bucket_cap_bytes);
+      settings = dist::hash_combine(settings, opts.first_bucket_cap_bytes);
+      settings = dist::hash_combine(settings, opts.broadcast_buffers ? 1 : 0);
+      settings = dist::hash_combine(settings, sizeof(T));
+      dist::check_consistent(comm, settings, "data_parallel: the settings (compression policy, dist::bucket caps, "
                                        "broadcast_buffers, element type)");
       if (w == 1) return;
 
@@ -318,7 +312,7 @@ class data_parallel {
       }
       os << ". Entries per rank (parameters then buffers):";
       for (int r = 0; r < w; ++r) os << " rank " << r << ": " << counts[static_cast<std::size_t>(r)];
-      throw dist_error(os.str());
+      throw dist::dist_error(os.str());
     }
 
     template <class Tensor>
@@ -347,7 +341,7 @@ class data_parallel {
         numels.push_back(v.numel());
         skip.push_back(!v.requires_grad());
       }
-      layout = plan_buckets(numels, sizeof(T), {opts.bucket_cap_bytes, opts.first_bucket_cap_bytes}, skip);
+      layout = dist::plan_buckets(numels, sizeof(T), {opts.bucket_cap_bytes, opts.first_bucket_cap_bytes}, skip);
       flat.clear();
       for (const auto& b : layout.buckets) flat.push_back(tensor_type::zeros({b.numel}));
       slot.assign(params.size(), tensor_type());
@@ -411,11 +405,11 @@ class data_parallel {
 
     void reduce(std::size_t b) {
       if constexpr (std::is_same_v<T, float>) {
-        compressed_allreduce(comm, compression, flat[b].data(), flat[b].numel(), b, reduce_op::avg, &ws);
+        dist::compressed_allreduce(comm, compression, flat[b].data(), flat[b].numel(), b, dist::reduce_op::avg, &ws);
       } else {  // double (lossless only): the communicator's own allreduce
         const index_t n = flat[b].numel();
-        if (n > 0 && comm.size() > 1) comm.allreduce(flat[b].data(), static_cast<std::size_t>(n), reduce_op::avg).wait();
-        compression.counter().add(compressed_allreduce_bytes<none>(n, comm.size()) / 4 * sizeof(T));
+        if (n > 0 && comm.size() > 1) comm.allreduce(flat[b].data(), static_cast<std::size_t>(n), dist::reduce_op::avg).wait();
+        compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, comm.size()) / 4 * sizeof(T));
       }
     }
 
@@ -504,4 +498,4 @@ class data_parallel {
   std::shared_ptr<core> core_;
 };
 
-}  // namespace trainkit::dist
+}  // namespace trainkit::parallel

@@ -1,4 +1,4 @@
-// trainkit/core/elementwise.hpp - broadcasting elementwise ops on tensors of any device.
+// trainkit/ops/elementwise.hpp - broadcasting elementwise ops on tensors of any device.
 #pragma once
 
 #include <array>
@@ -6,41 +6,13 @@
 
 #include "trainkit/backend/cpu/elementwise.hpp"  // the host model (the default device)
 #include "trainkit/backend/elementwise.hpp"
+#include "trainkit/core/assign.hpp"
 #include "trainkit/core/functors.hpp"
 #include "trainkit/core/tensor.hpp"
 
 namespace trainkit {
 
 namespace detail {
-/// out = F(in...) computed in the compute type of each element.
-template <class F, class Out, class... In>
-struct assign_fn {
-  F f;
-  TRAINKIT_HD void operator()(Out& o, const In&... in) const {
-    o = static_cast<Out>(f(static_cast<compute_t<In>>(in)...));
-  }
-};
-/// dst = F(dst, in...): the in-place form.
-template <class F, class T, class... In>
-struct update_fn {
-  F f;
-  TRAINKIT_HD void operator()(T& d, const In&... in) const {
-    d = static_cast<T>(f(static_cast<compute_t<T>>(d), static_cast<compute_t<In>>(in)...));
-  }
-};
-template <class To, class From>
-struct cast_fn {
-  TRAINKIT_HD void operator()(To& o, const From& i) const {
-    if constexpr (std::is_same_v<To, From>) {
-      o = i;
-    } else if constexpr (std::is_arithmetic_v<To> && !std::is_arithmetic_v<From>) {
-      o = static_cast<To>(static_cast<float>(i));
-    } else {
-      o = static_cast<To>(i);
-    }
-  }
-};
-
 /// Runs f(out, in...) over out's index space with every input broadcast to out's sizes.
 template <class F, class Out, class D, class... In>
 void launch(F f, const tensor<Out, D>& out, const tensor<In, D>&... in) {

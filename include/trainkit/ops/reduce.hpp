@@ -1,4 +1,4 @@
-// trainkit/core/reduce.hpp - sum, mean, max, min, argmax along dimensions; sum_to for broadcasting.
+// trainkit/ops/reduce.hpp - sum, mean, max, min, argmax along dimensions; sum_to for broadcasting.
 #pragma once
 
 #include <cstdint>
@@ -8,71 +8,11 @@
 
 #include "trainkit/backend/cpu/reduce.hpp"  // the host model (the default device)
 #include "trainkit/backend/reduce.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/core/reducers.hpp"
 #include "trainkit/core/tensor.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit {
-
-namespace reducers {
-/// Sum in Acc (float for 16-bit floats, double for double).
-template <class Acc>
-struct sum {
-  TRAINKIT_HD Acc init() const { return Acc(0); }
-  template <class C>
-  TRAINKIT_HD Acc step(Acc a, C v, index_t) const {
-    return a + static_cast<Acc>(v);
-  }
-  TRAINKIT_HD Acc merge(Acc a, Acc b) const { return a + b; }
-  template <class Out>
-  TRAINKIT_HD Out finish(Acc a, index_t) const {
-    return static_cast<Out>(a);
-  }
-};
-template <class Acc>
-struct mean : sum<Acc> {
-  template <class Out>
-  TRAINKIT_HD Out finish(Acc a, index_t n) const {
-    return static_cast<Out>(n ? a / static_cast<Acc>(n) : std::numeric_limits<Acc>::quiet_NaN());
-  }
-};
-/// Running max with the index of its first occurrence; NaN wins (as in PyTorch).
-template <class Acc>
-struct arg_extreme {
-  bool want_max;
-  struct state {
-    Acc v;
-    index_t k;
-  };
-  TRAINKIT_HD state init() const { return {want_max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity(), -1}; }
-  template <class C>
-  TRAINKIT_HD state step(state a, C c, index_t k) const {
-    const Acc v = static_cast<Acc>(c);
-    if (a.k < 0 || v != v || (a.v == a.v && (want_max ? v > a.v : v < a.v))) return {v, k};
-    return a;
-  }
-  TRAINKIT_HD state merge(state a, state b) const {
-    if (a.k < 0) return b;
-    if (b.k < 0) return a;
-    if (a.v != a.v) return a;
-    if (b.v != b.v || (want_max ? b.v > a.v : b.v < a.v)) return b;
-    return a;
-  }
-};
-template <class Acc>
-struct extreme_value : arg_extreme<Acc> {
-  template <class Out>
-  TRAINKIT_HD Out finish(typename arg_extreme<Acc>::state a, index_t) const {
-    return static_cast<Out>(a.v);
-  }
-};
-template <class Acc>
-struct extreme_index : arg_extreme<Acc> {
-  template <class Out>
-  TRAINKIT_HD Out finish(typename arg_extreme<Acc>::state a, index_t) const {
-    return static_cast<Out>(a.k);
-  }
-};
-}  // namespace reducers
 
 namespace detail {
 inline std::vector<bool> reduce_mask(const std::vector<index_t>& dims, std::size_t ndim, const char* op) {

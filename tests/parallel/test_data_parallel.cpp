@@ -14,17 +14,17 @@
 #include <vector>
 
 #include "trainkit/dist/bucket.hpp"
-#include "trainkit/dist/data_parallel.hpp"
+#include "trainkit/parallel/data_parallel.hpp"
 #include "trainkit/dist/thread_group.hpp"
 
-#include "dist/dp_checks.hpp"
+#include "parallel/dp_checks.hpp"
 
 namespace {
 
 using namespace trainkit_test::dp;
 
 // The equivalence run on `world` thread ranks: each rank's parameters (checked on this thread).
-std::vector<param_values> distributed(int world, int steps, int micro, index_t b, dist::data_parallel_options opts) {
+std::vector<param_values> distributed(int world, int steps, int micro, index_t b, parallel::data_parallel_options opts) {
   std::vector<shard_result> got(static_cast<std::size_t>(world));
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
     got[static_cast<std::size_t>(comm.rank())] = train_shard(comm, steps, micro, b, opts);
@@ -67,7 +67,7 @@ TEST_CASE("data_parallel: N ranks on shards = one process on the whole batch", "
       const auto ref = reference(world, steps, micro, b);
       for (int layout = 0; layout < 3; ++layout) {
         INFO("world " << world << ", micro-steps " << micro << ", layout " << layout);
-        dist::data_parallel_options opts;
+        parallel::data_parallel_options opts;
         if (layout == 1) opts = {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40};  // many buckets
         if (layout == 2) opts = {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40, .overlap = false};
         const auto got = distributed(world, steps, micro, b, opts);
@@ -93,7 +93,7 @@ TEST_CASE("data_parallel: parameters and buffers come from rank 0", "[dist][ddp]
   dist::thread_group::run(3, [&](dist::thread_group& comm) {
     const auto r = static_cast<std::size_t>(comm.rank());
     toy m(static_cast<float>(r + 1));
-    dist::data_parallel<dist::thread_group> ddp(comm, m);
+    parallel::data_parallel<dist::thread_group> ddp(comm, m);
     auto& v = seen[r];
     for (float x : m.parameter("w").value().to_vector()) v.push_back(x);
     for (float x : m.parameter("frozen").value().to_vector()) v.push_back(x);
@@ -123,7 +123,7 @@ TEST_CASE("data_parallel: different models on the ranks are a clear error on eve
         if (r == 1) m->push_back(std::make_shared<nn::linear<>>(out_features, 2));  // rank 1: one layer more
       }
       try {
-        dist::data_parallel<dist::thread_group> ddp(comm, *m);
+        parallel::data_parallel<dist::thread_group> ddp(comm, *m);
       } catch (const dist::dist_error& e) {
         messages[static_cast<std::size_t>(r)] = e.what();
       }
@@ -144,9 +144,9 @@ TEST_CASE("data_parallel: different models on the ranks are a clear error on eve
     auto m = make_mlp(1);
     try {
       if (comm.rank() == 0) {
-        dist::data_parallel<dist::thread_group, dist::int8> ddp(comm, *m);
+        parallel::data_parallel<dist::thread_group, dist::int8> ddp(comm, *m);
       } else {
-        dist::data_parallel<dist::thread_group> ddp(comm, *m);
+        parallel::data_parallel<dist::thread_group> ddp(comm, *m);
       }
     } catch (const dist::dist_error& e) {
       messages[static_cast<std::size_t>(comm.rank())] = e.what();
@@ -162,7 +162,7 @@ TEST_CASE("data_parallel: a parameter unused on some rank counts as a zero gradi
   dist::thread_group::run(2, [&](dist::thread_group& comm) {
     const int r = comm.rank();
     var a(tensor::zeros({3}), true), bb(tensor::zeros({3}), true), unused(tensor::zeros({2}), true);
-    dist::data_parallel<dist::thread_group> ddp(comm, {{"a", a}, {"b", bb}, {"unused", unused}}, {});
+    parallel::data_parallel<dist::thread_group> ddp(comm, {{"a", a}, {"b", bb}, {"unused", unused}}, {});
     const float s = static_cast<float>(r + 1);
     var x(tensor::full({3}, s));
     auto loss = trainkit::autograd::sum(a * x);
@@ -188,7 +188,7 @@ TEST_CASE("data_parallel: misuse and failures are reported", "[dist][ddp]") {
     std::string message;
     dist::thread_group::run(1, [&](dist::thread_group& comm) {
       auto m = make_mlp(1);
-      dist::data_parallel<dist::thread_group> ddp(comm, *m);
+      parallel::data_parallel<dist::thread_group> ddp(comm, *m);
       auto [x, y] = batch(0, 4);
       trainkit::autograd::mse_loss(m->forward(var(x)), var(y)).backward();
       try {
@@ -207,7 +207,7 @@ TEST_CASE("data_parallel: misuse and failures are reported", "[dist][ddp]") {
         2,
         [&](dist::thread_group& comm) {
           auto m = make_mlp(1);
-          dist::data_parallel<dist::thread_group> ddp(comm, *m);
+          parallel::data_parallel<dist::thread_group> ddp(comm, *m);
           if (comm.rank() == 1) return;  // gone before the first step
           auto [x, y] = batch(0, 4);
           trainkit::autograd::mse_loss(m->forward(var(x)), var(y)).backward();
@@ -233,7 +233,7 @@ TEST_CASE("data_parallel: found_inf is OR-ed over the ranks", "[dist][ddp]") {
   std::vector<int> seen(3);
   dist::thread_group::run(3, [&](dist::thread_group& comm) {
     var a(tensor::zeros({3}), true);
-    dist::data_parallel<dist::thread_group> ddp(comm, {{"a", a}}, {});
+    parallel::data_parallel<dist::thread_group> ddp(comm, {{"a", a}}, {});
     seen[static_cast<std::size_t>(comm.rank())] = (ddp.found_inf(comm.rank() == 1) ? 1 : 0) + (ddp.found_inf(false) ? 2 : 0);
   });
   CHECK(seen == std::vector<int>{1, 1, 1});
@@ -249,7 +249,7 @@ TEST_CASE("data_parallel: compressed training keeps the ranks identical and clos
     dist::thread_group::run(world, [&](dist::thread_group& comm) {
       const int r = comm.rank();
       auto m = make_mlp(7, 32);
-      dist::data_parallel<dist::thread_group, C> ddp(comm, *m);
+      parallel::data_parallel<dist::thread_group, C> ddp(comm, *m);
       trainkit::optim::sgd<> opt(m->parameters(), {.lr = lr});
       for (int s = 0; s < steps; ++s) {
         auto [x, y] = batch(s % 3, world * b);
@@ -287,7 +287,7 @@ TEST_CASE("data_parallel: double parameters (lossless)", "[dist][ddp]") {
   std::vector<std::vector<double>> grads(3);
   dist::thread_group::run(3, [&](dist::thread_group& comm) {
     dvar w(dtensor::zeros({4}), true);
-    dist::data_parallel<dist::thread_group, dist::none, double> ddp(comm, {{"w", w}}, {});
+    parallel::data_parallel<dist::thread_group, dist::none, double> ddp(comm, {{"w", w}}, {});
     trainkit::autograd::sum(w * dvar(dtensor::full({4}, comm.rank() + 1.0))).backward();
     ddp.finish();
     grads[static_cast<std::size_t>(comm.rank())] = w.grad().to_vector();

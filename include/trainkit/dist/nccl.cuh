@@ -1,4 +1,4 @@
-// trainkit/backend/cuda/nccl.cuh - a communicator over NCCL: one rank per CUDA device, collectives
+// trainkit/dist/nccl.cuh - a communicator over NCCL: one rank per CUDA device, collectives
 // on a CUDA stream. CUDA code: include it from a .cu file; link NCCL (-lnccl) and the CUDA runtime.
 #pragma once
 
@@ -25,6 +25,7 @@
 #include "trainkit/dist/concepts.hpp"
 #include "trainkit/dist/detail/collective.hpp"
 #include "trainkit/dist/detail/element.hpp"
+#include "trainkit/dist/detail/poll.hpp"
 #include "trainkit/dist/detail/timeout_env.hpp"
 #include "trainkit/dist/nccl_fwd.hpp"
 #include "trainkit/dist/reduce_op.hpp"
@@ -179,27 +180,18 @@ class nccl_work final : public work_state {
 
   void wait() override {
     if (state_ == status::pending) {
-      const auto start = std::chrono::steady_clock::now();
-      const auto deadline = start + s_->timeout;
-      for (;;) {
-        poll();
-        if (state_ != status::pending) break;
-        const auto now = std::chrono::steady_clock::now();
-        if (now >= deadline) {
-          std::ostringstream os;
-          os << "timed out after " << s_->timeout.count() << " ms waiting for the collective's CUDA event "
-             << "(a peer may have died or stalled); the NCCL communicator was aborted (ncclCommAbort)";
-          s_->abort(os.str());
-          fail(os.str());
-          break;
-        }
-        // As mpi: yield first, then sleep a sixteenth of the time waited (50 us - 1 ms).
-        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - start);
-        if (waited < std::chrono::microseconds(200))
-          std::this_thread::yield();
-        else
-          std::this_thread::sleep_for(
-              std::clamp(waited / 16, std::chrono::microseconds(50), std::chrono::microseconds(1000)));
+      const bool settled = poll_until(
+          [&] {
+            poll();
+            return state_ != status::pending;
+          },
+          s_->timeout);
+      if (!settled) {
+        std::ostringstream os;
+        os << "timed out after " << s_->timeout.count() << " ms waiting for the collective's CUDA event "
+           << "(a peer may have died or stalled); the NCCL communicator was aborted (ncclCommAbort)";
+        s_->abort(os.str());
+        fail(os.str());
       }
     }
     if (state_ == status::failed) throw dist_error(error_);

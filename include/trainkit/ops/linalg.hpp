@@ -1,11 +1,11 @@
-// trainkit/core/linalg.hpp - matmul (2-D, batched with broadcasting, vectors) through the device GEMM.
+// trainkit/ops/linalg.hpp - matmul (2-D, batched with broadcasting, vectors) through the device GEMM.
 #pragma once
 
 #include <algorithm>
 
 #include "trainkit/backend/cpu/blas.hpp"  // the host model (the default device)
 #include "trainkit/backend/blas.hpp"
-#include "trainkit/core/elementwise.hpp"
+#include "trainkit/ops/elementwise.hpp"
 #include "trainkit/core/tensor.hpp"
 
 namespace trainkit {

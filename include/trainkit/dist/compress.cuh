@@ -1,4 +1,4 @@
-// trainkit/backend/cuda/compress.cuh - the gradient-compression codecs of dist/compression.hpp on
+// trainkit/dist/compress.cuh - the gradient-compression codecs of dist/compression.hpp on
 // device buffers: the same wire format and the same TRAINKIT_HD functors
 // (dist/detail/compress_kernels.hpp), so a GPU encodes exactly the bytes the host does.
 //

@@ -1,0 +1,154 @@
+// trainkit/train/evaluate.hpp - classification accuracy of a model on held-out data, on whatever
+// device the model lives on.
+//
+//   double acc = train::accuracy(*model, test.images, test.labels);                 // tensors
+//   double acc = train::accuracy(*model, test_x, test_y, amp::module_forward<P>{});  // under P
+//   test_loader.set_epoch(0);
+//   double acc = train::accuracy(*model, test_loader);                              // a data_loader
+//
+// The model runs without recording a graph and in eval mode (dropout off, batch norm on its
+// running statistics); its previous mode is restored afterwards, also when the forward throws.
+// Predictions are compared with the labels and counted on the model's device: one number comes
+// back to the host per call, not a vector per batch.
+#pragma once
+
+#include <concepts>  // std::convertible_to
+#include <cstdint>   // std::int64_t
+#include <utility>   // std::forward
+
+#include "trainkit/autograd/grad_mode.hpp"  // no_grad
+#include "trainkit/autograd/var.hpp"        // var
+#include "trainkit/config.hpp"              // TRAINKIT_HD
+#include "trainkit/core/error.hpp"          // shape_error, TRAINKIT_CHECK
+#include "trainkit/core/functors.hpp"       // functors::add
+#include "trainkit/core/shape.hpp"          // index_t, to_string
+#include "trainkit/core/tensor.hpp"         // tensor
+#include "trainkit/ops/elementwise.hpp"     // map, apply_
+#include "trainkit/ops/reduce.hpp"          // argmax, sum
+
+namespace trainkit::train {
+
+/// The plain forward: the model's own operator(). Any callable forward(model, var) -> logits var
+/// can take its place, e.g. amp::module_forward<P> for linear and conv layers in P's compute type.
+struct plain_forward {
+  template <class Model, class X>
+  auto operator()(Model& m, const X& x) const {
+    return m(x);
+  }
+};
+
+/// Correctly classified samples out of the samples seen.
+struct eval_counts {
+  std::int64_t correct = 0;
+  std::int64_t total = 0;
+  /// correct / total (0 for no samples).
+  double accuracy() const noexcept { return total ? double(correct) / double(total) : 0.0; }
+};
+
+/// A range of labelled batches: iterating it yields objects with .x (inputs [B, ...]) and .y
+/// (class indices [B], int64) - data::data_loader, data::batch_iterator, a vector of data::batch.
+template <class R>
+concept labelled_batch_range = requires(R& r) {
+  { r.begin() != r.end() } -> std::convertible_to<bool>;
+  { (*r.begin()).x.size(0) } -> std::convertible_to<index_t>;
+  (*r.begin()).y;
+};
+
+namespace detail {
+
+/// 1 where the two values are equal, else 0 (summed, it counts the matches).
+struct equal_one {
+  template <class A>
+  TRAINKIT_HD A operator()(A a, A b) const {
+    return a == b ? A(1) : A(0);
+  }
+};
+
+/// Inputs [N, ...] with labels [N], else a shape_error.
+template <class Dx, class Dy>
+void check_labels(const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y) {
+  TRAINKIT_CHECK(x.dim() >= 1 && y.dim() == 1 && y.size(0) == x.size(0), shape_error, "train::accuracy",
+                 "expected inputs [N, ...] and labels [N]; got inputs " << to_string(x.sizes()) << ", labels "
+                                                                        << to_string(y.sizes()));
+}
+
+/// Eval mode and no graph for the lifetime of the object, then the model's previous mode.
+template <class Model>
+class eval_scope {
+ public:
+  explicit eval_scope(Model& m) : m_(m), was_training_(m.is_training()) { m_.eval(); }
+  eval_scope(const eval_scope&) = delete;
+  eval_scope& operator=(const eval_scope&) = delete;
+  ~eval_scope() { m_.train(was_training_); }
+
+ private:
+  Model& m_;
+  bool was_training_;
+  autograd::no_grad no_grad_;
+};
+
+/// Adds to `correct` (a one-element tensor on the model's device) how many rows of `x` the
+/// model classifies as `y` says.
+template <class Model, class Forward, class Dx, class Dy>
+void add_correct(Model& model, Forward& forward, const tensor<float, Dx>& x,
+                 const tensor<std::int64_t, Dy>& y,
+                 tensor<std::int64_t, typename Model::device_type>& correct) {
+  using D = typename Model::device_type;
+  check_labels(x, y);
+  auto logits = forward(model, autograd::var<float, D>(x.template to<D>().contiguous()));  // [B, classes]
+  TRAINKIT_CHECK(logits.dim() == 2 && logits.size(0) == x.size(0), shape_error, "train::accuracy",
+                 "expected logits [" << x.size(0) << ", classes], got " << to_string(logits.sizes()));
+  const auto pred = argmax(logits.value(), 1);                                // [B] class indices
+  const auto hits = map(equal_one{}, pred, y.template to<D>().contiguous());  // [B] 1 where right
+  apply_(functors::add{}, correct, sum(hits));                                // stays on the device
+}
+
+}  // namespace detail
+
+/// Counts the rows of x [N, ...] that the model classifies as y [N] says, `batch` rows at a time,
+/// in eval mode without a graph (the previous mode is restored). x and y may be on the host or
+/// on the model's device; each batch goes to the model's device.
+/// \tparam Model an nn::module (device_type, is_training(), eval(), train(bool)) that forward runs
+/// \tparam Forward forward(model, var) -> logits [B, classes]
+template <class Model, class Forward = plain_forward, class Dx, class Dy>
+eval_counts count_correct(Model& model, const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y,
+                          Forward forward = {}, index_t batch = 1000) {
+  TRAINKIT_CHECK(batch >= 1, value_error, "train::accuracy", "batch must be >= 1, got " << batch);
+  detail::check_labels(x, y);
+  detail::eval_scope<Model> scope(model);
+  auto correct = tensor<std::int64_t, typename Model::device_type>::zeros({});
+  for (index_t i = 0; i < x.size(0); i += batch) {
+    const index_t end = i + batch < x.size(0) ? i + batch : x.size(0);
+    detail::add_correct(model, forward, x.slice(0, i, end), y.slice(0, i, end), correct);
+  }
+  return {correct.item(), x.size(0)};  // the one read-back (waits for the device)
+}
+
+/// Counts over every batch of a range (a data_loader: call set_epoch first, a finished pass
+/// yields nothing), in eval mode without a graph (the previous mode is restored).
+template <class Model, labelled_batch_range Batches, class Forward = plain_forward>
+eval_counts count_correct(Model& model, Batches&& batches, Forward forward = {}) {
+  detail::eval_scope<Model> scope(model);
+  auto correct = tensor<std::int64_t, typename Model::device_type>::zeros({});
+  std::int64_t total = 0;
+  for (auto&& b : batches) {
+    detail::add_correct(model, forward, b.x, b.y, correct);
+    total += b.x.size(0);
+  }
+  return {correct.item(), total};
+}
+
+/// Share of the rows of x [N, ...] classified as y [N] says (count_correct(...).accuracy()).
+template <class Model, class Forward = plain_forward, class Dx, class Dy>
+double accuracy(Model& model, const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y,
+                Forward forward = {}, index_t batch = 1000) {
+  return count_correct(model, x, y, std::move(forward), batch).accuracy();
+}
+
+/// Share of the samples of a range of batches classified as their labels say.
+template <class Model, labelled_batch_range Batches, class Forward = plain_forward>
+double accuracy(Model& model, Batches&& batches, Forward forward = {}) {
+  return count_correct(model, std::forward<Batches>(batches), std::move(forward)).accuracy();
+}
+
+}  // namespace trainkit::train
