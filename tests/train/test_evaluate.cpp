@@ -3,6 +3,7 @@
 // overload (a vector of batches, a data_loader), the mixed-precision forward, eval mode during the
 // evaluation and the previous mode afterwards, and the shape checks.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -139,4 +140,33 @@ TEST_CASE("accuracy checks that inputs and labels go together", "[train][evaluat
   REQUIRE_THROWS_WITH(train::accuracy(*model, d.x, d.y, train::plain_forward{}, 0),
                       Contains("batch must be >= 1"));
   REQUIRE(model->is_training());
+}
+
+TEST_CASE("evaluate gives the accuracy and the mean loss per sample, for any batch size", "[train][evaluate]") {
+  auto model = classifier();
+  const auto d = data_set();
+  // The mean cross entropy by hand, in double: logsumexp(logits) - logits[label] per row.
+  double expected = 0;
+  for (index_t i = 0; i < n_samples; ++i) {
+    const double a = d.x.data()[2 * i], b = d.x.data()[2 * i + 1];
+    const double logit[3] = {a, b, -a - b};
+    const double lse = std::log(std::exp(logit[0]) + std::exp(logit[1]) + std::exp(logit[2]));
+    expected += lse - logit[d.y.data()[i]];
+  }
+  expected /= double(n_samples);
+  auto ce = [](const var<float>& logits, const tensor<std::int64_t>& y) { return autograd::cross_entropy(logits, y); };
+  for (index_t batch : {1, 2, 3, 7}) {
+    CAPTURE(batch);
+    const auto r = train::evaluate(*model, d.x, d.y, ce, train::plain_forward{}, batch);
+    CHECK(r.correct == d.correct);
+    CHECK(r.total == n_samples);
+    CHECK(r.mean_loss() == Approx(expected).epsilon(1e-6));
+  }
+  model->train();
+  const auto r = train::evaluate(*model, d.x, d.y, ce);
+  CHECK(model->is_training());  // restored
+  CHECK(r.accuracy() == Approx(double(d.correct) / double(n_samples)));
+  CHECK(std::isnan(train::eval_result{}.mean_loss()));
+  CHECK_THROWS_WITH(train::evaluate(*model, d.x, d.y, [](const var<float>& l, const tensor<std::int64_t>&) { return l; }),
+                    Contains("the loss must be one number"));
 }

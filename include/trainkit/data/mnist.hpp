@@ -63,8 +63,14 @@ inline std::filesystem::path find_idx_file(const std::filesystem::path& dir, con
   const std::filesystem::path gz = dir / (stem + ".gz"), plain = dir / stem;
   if (std::filesystem::exists(gz, ec)) return gz;
   if (std::filesystem::exists(plain, ec)) return plain;
+  // The usual cause is a data set that is not installed: say where Debian puts one.
+  constexpr const char* hint =
+      " (Fashion-MNIST on Debian: apt-get install dataset-fashion-mnist, then --data "
+      "/usr/share/datasets/fashion-mnist)";
+  TRAINKIT_CHECK(std::filesystem::is_directory(dir, ec), io_error, "load_mnist",
+                 "the data directory '" << dir.string() << "' does not exist" << hint);
   TRAINKIT_CHECK(false, io_error, "load_mnist",
-                 "neither '" << gz.string() << "' nor '" << plain.string() << "' exists");
+                 "neither '" << gz.string() << "' nor '" << plain.string() << "' exists" << hint);
   return {};
 }
 

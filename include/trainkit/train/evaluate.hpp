@@ -5,6 +5,9 @@
 //   double acc = train::accuracy(*model, test_x, test_y, amp::module_forward<P>{});  // under P
 //   test_loader.set_epoch(0);
 //   double acc = train::accuracy(*model, test_loader);                              // a data_loader
+//   auto r = train::evaluate(*model, test_loader, [](const auto& logits, const auto& y) {
+//     return autograd::cross_entropy(logits, y); });
+//   std::printf("test loss %.4f  accuracy %.2f%%\n", r.mean_loss(), 100 * r.accuracy());
 //
 // The model runs without recording a graph and in eval mode (dropout off, batch norm on its
 // running statistics); its previous mode is restored afterwards, also when the forward throws.
@@ -14,7 +17,9 @@
 
 #include <concepts>  // std::convertible_to
 #include <cstdint>   // std::int64_t
+#include <limits>    // quiet_NaN
 #include <utility>   // std::forward
+#include <vector>
 
 #include "trainkit/autograd/grad_mode.hpp"  // no_grad
 #include "trainkit/autograd/var.hpp"        // var
@@ -43,6 +48,15 @@ struct eval_counts {
   std::int64_t total = 0;
   /// correct / total (0 for no samples).
   double accuracy() const noexcept { return total ? double(correct) / double(total) : 0.0; }
+};
+
+/// Accuracy and mean loss over the samples seen.
+struct eval_result : eval_counts {
+  double loss_sum = 0.0;  ///< sum over the batches of (mean loss of the batch) x (its samples)
+  /// The mean loss per sample (NaN for no samples).
+  double mean_loss() const noexcept {
+    return total ? loss_sum / double(total) : std::numeric_limits<double>::quiet_NaN();
+  }
 };
 
 /// A range of labelled batches: iterating it yields objects with .x (inputs [B, ...]) and .y
@@ -149,6 +163,69 @@ double accuracy(Model& model, const tensor<float, Dx>& x, const tensor<std::int6
 template <class Model, labelled_batch_range Batches, class Forward = plain_forward>
 double accuracy(Model& model, Batches&& batches, Forward forward = {}) {
   return count_correct(model, std::forward<Batches>(batches), std::move(forward)).accuracy();
+}
+
+namespace detail {
+/// acc + v * k: a batch's mean loss weighted by its samples, accumulated on the device.
+struct add_weighted {
+  float k;
+  template <class A>
+  TRAINKIT_HD A operator()(A acc, A v) const {
+    return acc + v * A(k);
+  }
+};
+}  // namespace detail
+
+/// Accuracy and mean loss of the model over every batch of a range (a data_loader: call set_epoch
+/// first), in eval mode without a graph (the previous mode is restored), under `forward` (e.g.
+/// amp::module_forward<P>: the precision policy the model trains with). loss(logits, labels) is a
+/// mean over the batch, as autograd::cross_entropy; the result weighs each batch by its samples,
+/// so mean_loss() is the mean per sample. Two numbers come back to the host per call.
+/// \tparam Loss loss(var<float, D> logits [B, classes], tensor<int64, D> labels [B]) -> scalar var
+template <class Model, labelled_batch_range Batches, class Loss, class Forward = plain_forward>
+eval_result evaluate(Model& model, Batches&& batches, Loss loss, Forward forward = {}) {
+  using D = typename Model::device_type;
+  detail::eval_scope<Model> scope(model);
+  auto correct = tensor<std::int64_t, D>::zeros({});
+  auto loss_sum = tensor<float, D>::zeros({});
+  std::int64_t total = 0;
+  for (auto&& b : batches) {
+    detail::check_labels(b.x, b.y);
+    const auto x = b.x.template to<D>().contiguous();
+    const auto y = b.y.template to<D>().contiguous();
+    auto logits = forward(model, autograd::var<float, D>(x));  // [B, classes]
+    TRAINKIT_CHECK(logits.dim() == 2 && logits.size(0) == x.size(0), shape_error, "train::evaluate",
+                   "expected logits [" << x.size(0) << ", classes], got " << to_string(logits.sizes()));
+    apply_(functors::add{}, correct, sum(map(detail::equal_one{}, argmax(logits.value(), 1), y)));
+    const auto l = loss(logits, y).value();
+    TRAINKIT_CHECK(l.numel() == 1, shape_error, "train::evaluate",
+                   "the loss must be one number (a mean over the batch), got sizes " << to_string(l.sizes()));
+    apply_(detail::add_weighted{static_cast<float>(x.size(0))}, loss_sum, l.reshape({}));
+    total += x.size(0);
+  }
+  eval_result r;
+  r.correct = correct.item();
+  r.total = total;
+  r.loss_sum = static_cast<double>(loss_sum.item());
+  return r;
+}
+
+/// evaluate() over x [N, ...] and y [N] on the host or the model's device, `batch` rows at a time.
+template <class Model, class Loss, class Forward = plain_forward, class Dx, class Dy>
+eval_result evaluate(Model& model, const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y, Loss loss,
+                     Forward forward = {}, index_t batch = 1000) {
+  TRAINKIT_CHECK(batch >= 1, value_error, "train::evaluate", "batch must be >= 1, got " << batch);
+  detail::check_labels(x, y);
+  struct slice_batch {
+    tensor<float, Dx> x;
+    tensor<std::int64_t, Dy> y;
+  };
+  std::vector<slice_batch> batches;
+  for (index_t i = 0; i < x.size(0); i += batch) {
+    const index_t end = i + batch < x.size(0) ? i + batch : x.size(0);
+    batches.push_back({x.slice(0, i, end), y.slice(0, i, end)});
+  }
+  return evaluate(model, batches, std::move(loss), std::move(forward));
 }
 
 }  // namespace trainkit::train
