@@ -182,6 +182,11 @@ TEST_CASE("read_idx rejects bad headers with a message naming the file", "[data]
     write_plain(p, idx_file(data::idx_double, {0xFFFFFFFF, 0xFFFFFFFF, 0xFFFFFFFF}, {}));
     CHECK_THAT(read_error(p), Contains(name) && Contains("more bytes than any file can hold"));
   }
+  SECTION("a zero dimension beside dims whose product overflows (found by fuzzing)") {
+    // 00 00 08 03 ffffffff ffffffff 00000000: an empty payload, but numel() would overflow int64.
+    write_plain(p, {0, 0, 0x08, 0x03, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0});
+    CHECK_THAT(read_error(p), Contains(name) && Contains("their product overflows"));
+  }
 }
 
 TEST_CASE("read_idx rejects payloads of the wrong size", "[data][idx][errors]") {

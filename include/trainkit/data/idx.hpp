@@ -357,24 +357,28 @@ inline idx_array read_idx(const std::filesystem::path& path) {
                      << 4 + got_dims);
   const std::size_t esize = idx_element_size(a.type);
   // The payload size in bytes, refusing headers whose product does not fit (they cannot be real).
-  std::uint64_t expected = esize;
-  bool fits = true;
+  // A zero dimension makes the payload empty, but the other dims must still multiply without
+  // overflow: numel() and every stride multiply them (a fuzzer found [0xffffffff, 0xffffffff, 0]).
+  std::uint64_t nonzero_bytes = esize;
+  bool fits = true, has_zero = false;
   a.dims.resize(static_cast<std::size_t>(ndims));
   for (int d = 0; d < ndims; ++d) {
     const unsigned char* p = raw_dims + 4 * d;
     const std::uint32_t v =
         (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | p[3];
     a.dims[static_cast<std::size_t>(d)] = static_cast<index_t>(v);
-    if (v != 0 && expected > (std::uint64_t(1) << 62) / v) fits = false;
-    expected *= v;
+    if (v == 0) {
+      has_zero = true;
+    } else if (nonzero_bytes > (std::uint64_t(1) << 62) / v) {
+      fits = false;
+    } else {
+      nonzero_bytes *= v;
+    }
   }
-  if (std::find(a.dims.begin(), a.dims.end(), index_t(0)) != a.dims.end()) {
-    expected = 0;
-    fits = true;
-  }
-  TRAINKIT_CHECK(fits && expected <= std::numeric_limits<std::size_t>::max() / 2, io_error, "read_idx",
+  TRAINKIT_CHECK(fits && nonzero_bytes <= std::numeric_limits<std::size_t>::max() / 2, io_error, "read_idx",
                  "'" << name << "': the header declares dims " << to_string(a.dims) << " of "
-                     << idx_type_name(a.type) << ", more bytes than any file can hold");
+                     << idx_type_name(a.type) << ": their product overflows (more bytes than any file can hold)");
+  const std::uint64_t expected = has_zero ? 0 : nonzero_bytes;
 
   // The buffer grows as data arrives, so a header that lies about the sizes cannot make us
   // allocate far more than the file really holds.
