@@ -3,6 +3,7 @@
 //   build/examples/fashion_mnist_cnn --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N]
 //       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
+//       [--tensorboard DIR]
 //
 // Reads the IDX files (Debian's dataset-fashion-mnist), trains with SGD + momentum under a
 // cosine schedule with warmup, and prints loss, test accuracy and samples/s per epoch.
@@ -10,7 +11,9 @@
 // scaling for fp16); --checkpoint recomputes activations in backward instead of storing them.
 // --snapshot-dir keeps the whole training state (model, optimizer, scaler, schedule, data order,
 // RNG) there every N steps and on SIGTERM/SIGINT (then exits 0); --resume continues from the newest
-// good snapshot, bit-exactly. --metrics-port serves Prometheus metrics on /metrics.
+// good snapshot, bit-exactly. --metrics-port serves Prometheus metrics on /metrics, --metrics-log
+// appends them as JSON lines per epoch, --tensorboard DIR writes them (and the test accuracy) as
+// TensorBoard scalars per epoch.
 // The loop is written out by hand; fashion_mnist_mlp shows the same job through train::train_step.
 //
 // Reading order: train<Precision>() is the whole job, top to bottom; main() parses the flags and
@@ -32,14 +35,21 @@ namespace {
 /// \tparam Precision amp::fp32, amp::mixed_fp16 or amp::mixed_bf16
 template <class Precision>
 int train(const example::flags& f, const tk::checkpoint::recompute_choice& recompute) {
-  const auto seed = static_cast<std::uint64_t>(f.num("seed"));
+  // The numeric flags, checked before any work: a bad value is an error naming the flag.
+  const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
+  const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1);
+  const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
+  const double lr = f.real("lr", 0);
+  const bool resume = f.num("resume", 0, 1) != 0;
+  const index_t snapshot_every = f.num("snapshot-every", 0);
+  const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
   tk::set_seed(seed);  // every stream: init, dropout
 
   // Data: pixels scaled to [0, 1], then standardised with the training set's mean and std.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
-  if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
+  if (train_limit > 0) opts.limit = train_limit;
   auto train = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
-  opts.limit = f.num("test-limit") > 0 ? std::optional<index_t>(f.num("test-limit")) : std::nullopt;
+  opts.limit = test_limit > 0 ? std::optional<index_t>(test_limit) : std::nullopt;
   auto test = tk::data::load_mnist(f.str("data"), tk::data::split::test, opts);
   std::printf("train %lld  test %lld images of %lldx%lld\n", (long long)train.size(), (long long)test.size(),
               (long long)train.images.size(2), (long long)train.images.size(3));
@@ -50,30 +60,31 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
 
   // Batches: the sampler decides the order (a fresh seeded shuffle per epoch; one process is one
   // replica), the loader copies each batch into one buffer on a worker thread while the step runs.
-  const index_t batch = f.num("batch"), epochs = f.num("epochs");
   tk::data::data_loader batches(train, tk::data::shuffled_sampler(train.size(), seed),
                                 {.batch_size = batch, .num_workers = 1});
   const index_t steps = epochs * batches.size();
-  tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
-  tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
+  tk::optim::sgd opt(model->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(100, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
   schedule.apply(opt);
   tk::amp::default_scaler_t<Precision> scaler;  // dynamic loss scaling for fp16, none for fp32/bf16
 
   std::printf("precision %s  checkpoint %s\n", std::string(Precision::name).c_str(),
               tk::checkpoint::to_string(recompute).c_str());
-  example::run_monitor monitor({.port = static_cast<int>(f.num("metrics-port")), .jsonl_path = f.str("metrics-log")});
+  example::run_monitor monitor(
+      {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
+  tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
 
   // Snapshots: everything the next step depends on, including where the loader is in its epoch.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
-                             .every_steps = f.num("snapshot-every")});
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", scaler).track("batches", batches);
   run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
     double loss_sum = 0;
     index_t seen = 0;
@@ -99,17 +110,24 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),
                                  .loss = loss_value, .learning_rate = opt.lr(), .loss_scale = scaler.get_scale(),
                                  .data_wait_seconds = data_wait});
+      bar.step(b.x.size(0), loss_value);
       if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+        bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return 0;
       }
     }
+    bar.end();  // the epoch's summary line takes its place
     monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;  // resumed at the very end of an epoch
     const double secs = clock.seconds();
     const double acc = tk::train::accuracy(*model, test.images, test.labels, tk::amp::module_forward<Precision>{});
     std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
                 loss_sum / double(seen), 100 * acc, double(seen) / secs);
+    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written by monitor.log
+      tb->add_scalar("eval/test_accuracy", acc, run.step());
+      tb->flush();
+    }
     std::fflush(stdout);
   }
   run.finish();
@@ -125,7 +143,8 @@ int main(int argc, char** argv) try {
                    {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "128"},
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
-                    {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""}});
+                    {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""},
+                    {"tensorboard", ""}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
     case tk::amp::precision_kind::fp32: return train<tk::amp::fp32>(f, recompute);

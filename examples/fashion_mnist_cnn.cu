@@ -3,6 +3,7 @@
 //   build/examples/fashion_mnist_cnn_cuda --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N] [--tf32]
 //       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
+//       [--tensorboard DIR]
 //
 // The same model, data, optimizer and schedule as the CPU example - only the device type differs:
 // layers are nn::conv2d<float, cuda> etc., each batch is copied to the GPU, and everything else
@@ -37,16 +38,23 @@ using gpu_loader = tk::data::data_loader<tk::data::tensor_dataset, tk::data::dis
 /// \tparam Precision amp::fp32, amp::mixed_fp16 or amp::mixed_bf16
 template <class Precision>
 int train(const example::flags& f, const tk::checkpoint::recompute_choice& recompute) {
-  const auto seed = static_cast<std::uint64_t>(f.num("seed"));
-  tk::gpu::settings().allow_tf32 = f.num("tf32") != 0;
+  // The numeric flags, checked before any work: a bad value is an error naming the flag.
+  const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
+  const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1);
+  const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
+  const double lr = f.real("lr", 0);
+  const bool resume = f.num("resume", 0, 1) != 0;
+  const index_t snapshot_every = f.num("snapshot-every", 0);
+  const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
+  tk::gpu::settings().allow_tf32 = f.num("tf32", 0, 1) != 0;
   tk::manual_seed(seed);  // init and dropout
 
   // Data on the host (pixels standardised with the training set's mean and std); the loaders copy
   // each batch into pinned memory, from where it goes to the device as it is used.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
-  if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
+  if (train_limit > 0) opts.limit = train_limit;
   auto train = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
-  opts.limit = f.num("test-limit") > 0 ? std::optional<index_t>(f.num("test-limit")) : std::nullopt;
+  opts.limit = test_limit > 0 ? std::optional<index_t>(test_limit) : std::nullopt;
   auto test = tk::data::load_mnist(f.str("data"), tk::data::split::test, opts);
   std::printf("train %lld  test %lld images of %lldx%lld\n", (long long)train.size(), (long long)test.size(),
               (long long)train.images.size(2), (long long)train.images.size(3));
@@ -60,33 +68,34 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
 
   // Batches: a seeded shuffle per epoch (one process is one replica of the sampler); two workers
   // keep the pinned buffers ahead of the GPU. The test set in order, 1000 images per batch.
-  const index_t batch = f.num("batch"), epochs = f.num("epochs");
   gpu_loader batches(train, tk::data::shuffled_sampler(train.size(), seed), {.batch_size = batch, .num_workers = 2});
   gpu_loader test_batches(test, tk::data::sequential_sampler(test.size()), {.batch_size = 1000, .num_workers = 2});
   const index_t steps = epochs * batches.size();
-  tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
-  tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
+  tk::optim::sgd opt(model->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(100, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
   schedule.apply(opt);
   tk::amp::default_scaler_t<Precision> scaler;  // dynamic loss scaling for fp16, none for fp32/bf16
 
   std::printf("precision %s  checkpoint %s  tf32 %s\n", std::string(Precision::name).c_str(),
               tk::checkpoint::to_string(recompute).c_str(), tk::gpu::settings().allow_tf32 ? "on" : "off");
-  example::run_monitor monitor({.port = static_cast<int>(f.num("metrics-port")), .jsonl_path = f.str("metrics-log")});
+  example::run_monitor monitor(
+      {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
+  tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
   // Reading a step's loss waits for the GPU to finish the step; do it only when someone watches.
-  const bool watched = monitor.port() > 0 || !f.str("metrics-log").empty();
+  const bool watched = monitor.port() > 0 || !f.str("metrics-log").empty() || monitor.tensorboard();
 
   // Snapshots: model and optimizer state come from the device, the loader's place in its epoch
   // and the generator (dropout) from the host.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
-                             .every_steps = f.num("snapshot-every")});
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", scaler).track("batches", batches);
   run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
     // The epoch's loss is summed on the device: no host sync per step.
     auto loss_sum = tk::tensor<float, cuda>::zeros({});
@@ -108,14 +117,18 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       seen += b.x.size(0);
       const double data_wait = batches.wait_seconds() - waited;  // next()'s wait for this batch
       waited = batches.wait_seconds();
-      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),
-                                 .loss = watched ? double(loss.item()) : NAN, .learning_rate = opt.lr(),
-                                 .loss_scale = scaler.get_scale(), .data_wait_seconds = data_wait});
+      const double loss_value = watched ? double(loss.item()) : NAN;  // NaN: not read, not shown
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0), .loss = loss_value,
+                                 .learning_rate = opt.lr(), .loss_scale = scaler.get_scale(),
+                                 .data_wait_seconds = data_wait});
+      bar.step(b.x.size(0), loss_value, tk::allocator<cuda>::stats().allocated);
       if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+        bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return 0;
       }
     }
+    bar.end();  // the epoch's summary line takes its place
     monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;  // resumed at the very end of an epoch
     const double mean_loss = double(loss_sum.item()) / double(seen);  // waits for the epoch's work
@@ -125,6 +138,10 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
     const auto mem = tk::allocator<cuda>::stats();
     std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  peak %.1f MiB\n",
                 (long long)epoch + 1, mean_loss, 100 * acc, double(seen) / secs, double(mem.peak) / double(1 << 20));
+    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written by monitor.log
+      tb->add_scalar("eval/test_accuracy", acc, run.step());
+      tb->flush();
+    }
     std::fflush(stdout);
   }
   run.finish();
@@ -140,7 +157,8 @@ int main(int argc, char** argv) try {
                    {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "128"},
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"tf32", "0"}, {"snapshot-dir", ""},
-                    {"resume", "0"}, {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""}});
+                    {"resume", "0"}, {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""},
+                    {"tensorboard", ""}});
   if (!tk::gpu::available()) {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;

@@ -16,7 +16,9 @@
 // every bucket in finish() instead of during backward, to see what overlapping hides.
 // --snapshot-dir: rank 0 writes the whole state (with every rank's error-feedback residuals and
 // dropout stream) every --snapshot-every steps and when any rank gets SIGTERM/SIGINT; --resume
-// restores it on every rank. --metrics-port: rank r serves /metrics on port P + r.
+// restores it on every rank. --metrics-port: rank r serves /metrics on port P + r. --tensorboard DIR:
+// rank 0 writes its metrics (loss, learning rate, communication share ...) and the test accuracy
+// per epoch as TensorBoard scalars.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -46,19 +48,28 @@ bool train(dist::mpi& comm, const example::flags& f) {
     std::fflush(stdout);
   };
 
+  // The numeric flags, checked before any work: a bad value is an error naming the flag.
+  const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
+  const index_t epochs = f.num("epochs", 1), per_rank = f.num("batch", 1);
+  const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
+  const double lr = f.real("lr", 0);
+  const bool overlap = f.num("overlap", 0, 1) != 0, resume = f.num("resume", 0, 1) != 0;
+  const index_t snapshot_every = f.num("snapshot-every", 0);
+  const int port = static_cast<int>(f.num("metrics-port", 0, 65535 - world + 1));
+
   // Data: every rank loads all of it (the files are small); the sampler below picks its shard.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
-  if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
+  if (train_limit > 0) opts.limit = train_limit;
   auto train_set = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
-  opts.limit = f.num("test-limit") > 0 ? std::optional<index_t>(f.num("test-limit")) : std::nullopt;
+  opts.limit = test_limit > 0 ? std::optional<index_t>(test_limit) : std::nullopt;
   auto test_set = tk::data::load_mnist(f.str("data"), tk::data::split::test, opts);
 
   // Every rank builds the model; data_parallel checks that they match and broadcasts rank 0's
   // parameters and BatchNorm statistics. Dropout masks differ per rank (seed + rank).
-  tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")));
+  tk::manual_seed(seed);
   auto model = example::fashion_cnn();
-  parallel::data_parallel<dist::mpi, Compression> ddp(comm, *model, {.overlap = f.num("overlap") != 0});
-  tk::manual_seed(static_cast<std::uint64_t>(f.num("seed")) * 1000 + static_cast<std::uint64_t>(rank));
+  parallel::data_parallel<dist::mpi, Compression> ddp(comm, *model, {.overlap = overlap});
+  tk::manual_seed(seed * 1000 + static_cast<std::uint64_t>(rank));
   say("%d rank(s), compression %s, %lld parameters in %zu gradient bucket(s); train %lld, test %lld images\n",
       world, std::string(Compression::name).c_str(), (long long)model->num_parameters(), ddp.buckets().buckets.size(),
       (long long)train_set.size(), (long long)test_set.size());
@@ -66,14 +77,13 @@ bool train(dist::mpi& comm, const example::flags& f) {
   // Batches: every rank shuffles with the same seed and takes every world-th index from rank on
   // (its shard); drop_last in the sampler (no padded repeats) and in the loader (full batches
   // only) gives every rank the same number of equal steps, which data_parallel needs.
-  const index_t per_rank = f.num("batch"), epochs = f.num("epochs");
   tk::data::distributed_sampler shard(train_set.size(), {.num_replicas = world, .rank = rank, .shuffle = true,
-                                                         .seed = static_cast<std::uint64_t>(f.num("seed")),
+                                                         .seed = seed,
                                                          .drop_last = true});
   tk::data::data_loader batches(train_set, shard, {.batch_size = per_rank, .num_workers = 1, .drop_last = true});
   const index_t steps = epochs * batches.size();
-  tk::optim::sgd opt(model->parameters(), {.lr = f.real("lr"), .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
-  tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(100, steps / 10),
+  tk::optim::sgd opt(model->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(100, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
   schedule.apply(opt);
 
@@ -84,18 +94,22 @@ bool train(dist::mpi& comm, const example::flags& f) {
 
   // Snapshots: rank 0 writes, every rank reads; a stop (signal on any rank) is agreed by all.
   // Shared state once; what differs by rank (residuals, dropout stream) once per rank.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
-                             .every_steps = f.num("snapshot-every"), .rank = rank,
-                             .any_rank = tk::io::any_rank_of(comm), .allgather_bytes = tk::io::allgather_bytes_of(comm)},
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every,
+                             .rank = rank, .any_rank = tk::io::any_rank_of(comm),
+                             .allgather_bytes = tk::io::allgather_bytes_of(comm)},
                             /*include_default_generator=*/false);
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule).track("batches", batches);
   run.track_per_rank("compression", ddp.compression()).track_per_rank("rng.default", tk::default_generator());
   run.resume();
-  const int port = static_cast<int>(f.num("metrics-port"));
-  example::run_monitor monitor({.port = port > 0 ? port + rank : 0});
+  example::run_monitor monitor(
+      {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
+  // Rank 0's progress stands for all (every rank takes the same steps); redrawn on a terminal only.
+  tk::monitor::progress_line bar({.mode = rank == 0 ? tk::monitor::progress_mode::automatic
+                                                    : tk::monitor::progress_mode::never});
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     const auto before = ddp.stats();
     example::stopwatch clock;
     double sums[2] = {0, 0};  // loss * samples, samples (this rank)
@@ -120,8 +134,11 @@ bool train(dist::mpi& comm, const example::flags& f) {
                                  .communication_seconds = step_after.comm_seconds - step_before.comm_seconds,
                                  .bytes_sent = step_after.bytes_sent - step_before.bytes_sent,
                                  .data_wait_seconds = data_wait});
+      bar.step(b.x.size(0) * world, loss_value);  // samples of all ranks
       if (run.step_done()) return true;  // a rank was signalled: snapshot written, all stop
     }
+    bar.end();  // the epoch's summary line takes its place
+    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);  // TensorBoard on rank 0
     if (sums[1] == 0) continue;  // resumed at the very end of an epoch
     const double secs = clock.seconds();
     const auto after = ddp.stats();
@@ -139,6 +156,10 @@ bool train(dist::mpi& comm, const example::flags& f) {
         "sent %.1f MiB/rank\n",
         (long long)epoch + 1, sums[0] / sums[1], 100.0 * correct / double(test_set.size()), sums[1] / secs,
         100.0 * comm_s / secs, 100.0 * exposed_s / secs, mib);
+    if (auto* tb = monitor.tensorboard()) {  // rank 0 only
+      tb->add_scalar("eval/test_accuracy", correct / double(test_set.size()), run.step());
+      tb->flush();
+    }
   }
   run.finish();
   ddp.sync_buffers();
@@ -154,7 +175,7 @@ int main(int argc, char** argv) try {
                    {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "64"},
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"compression", "none"}, {"overlap", "1"}, {"snapshot-dir", ""}, {"resume", "0"},
-                    {"snapshot-every", "100"}, {"metrics-port", "0"}});
+                    {"snapshot-every", "100"}, {"metrics-port", "0"}, {"tensorboard", ""}});
   dist::mpi comm;
   const std::string c = f.str("compression");
   if (c == "none") train<dist::none>(comm, f);

@@ -3,12 +3,14 @@
 //   build/examples/fashion_mnist_mlp --data /usr/share/datasets/fashion-mnist --epochs 8
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N]
 //       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
+//       [--tensorboard DIR]
 //
 // The smallest complete job: load the IDX files, build the model from nn layers, train with
 // AdamW under a cosine schedule, print loss, test accuracy and samples/s per epoch. Each step is
 // one call of train::train_step, which composes the policies chosen on the command line
 // (precision, loss scaling, recomputation); fashion_mnist_cnn writes the same loop out by hand.
-// Snapshots, resume and metrics as in fashion_mnist_cnn.
+// Snapshots, resume and metrics as in fashion_mnist_cnn; --tensorboard DIR writes the metrics and
+// the test accuracy per epoch as TensorBoard scalars (`tensorboard --logdir DIR`).
 //
 // Reading order: train<Precision, Recompute>() is the whole job, top to bottom; main() parses the
 // flags and picks which train() to run.
@@ -33,14 +35,21 @@ namespace {
 /// \tparam Recompute checkpoint::store_all, sqrt_segments or every_n
 template <class Precision, class Recompute>
 int train(const example::flags& f, Recompute recompute) {
-  const auto seed = static_cast<std::uint64_t>(f.num("seed"));
+  // The numeric flags, checked before any work: a bad value is an error naming the flag.
+  const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
+  const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1);
+  const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
+  const double lr = f.real("lr", 0);
+  const bool resume = f.num("resume", 0, 1) != 0;
+  const index_t snapshot_every = f.num("snapshot-every", 0);
+  const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
   tk::set_seed(seed);  // every stream: init, dropout
 
   // Data: pixels scaled to [0, 1], then standardised with the training set's mean and std.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
-  if (f.num("train-limit") > 0) opts.limit = f.num("train-limit");
+  if (train_limit > 0) opts.limit = train_limit;
   auto train = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
-  opts.limit = f.num("test-limit") > 0 ? std::optional<index_t>(f.num("test-limit")) : std::nullopt;
+  opts.limit = test_limit > 0 ? std::optional<index_t>(test_limit) : std::nullopt;
   auto test = tk::data::load_mnist(f.str("data"), tk::data::split::test, opts);
   // The MLP sees each image as a flat 784-vector: [N, 1, 28, 28] -> [N, 784] (a view, no copy).
   auto train_x = train.images.view({train.size(), -1}), test_x = test.images.view({test.size(), -1});
@@ -49,7 +58,6 @@ int train(const example::flags& f, Recompute recompute) {
 
   // Batches: the sampler decides the order (a fresh seeded shuffle per epoch; one process is one
   // replica), the loader copies each batch into one buffer on a worker thread while the step runs.
-  const index_t batch = f.num("batch"), epochs = f.num("epochs");
   tk::data::data_loader batches(tk::data::tensor_dataset(train_x, train.labels),
                                 tk::data::shuffled_sampler(train.size(), seed),
                                 {.batch_size = batch, .num_workers = 1});
@@ -61,13 +69,15 @@ int train(const example::flags& f, Recompute recompute) {
                                    std::make_shared<nn::linear<>>(512, 10));
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
 
-  tk::optim::adamw opt(model->parameters(), {.lr = f.real("lr"), .weight_decay = 1e-4});
-  tk::optim::warmup_cosine_lr schedule({.base_lr = f.real("lr"), .warmup_steps = std::min<index_t>(200, steps / 10),
+  tk::optim::adamw opt(model->parameters(), {.lr = lr, .weight_decay = 1e-4});
+  tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(200, steps / 10),
                                         .total_steps = steps, .min_lr = 0.0});
   schedule.apply(opt);
 
-  example::run_monitor monitor({.port = static_cast<int>(f.num("metrics-port")), .jsonl_path = f.str("metrics-log")});
+  example::run_monitor monitor(
+      {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
+  tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
 
   // One step = forward (Precision's compute type, Recompute's segments) -> loss -> scaled
   // backward -> unscale and inf check -> optimizer step -> schedule -> metrics.
@@ -77,14 +87,14 @@ int train(const example::flags& f, Recompute recompute) {
   step.attach_schedule(schedule);
 
   // Snapshots: everything the next step depends on, including where the loader is in its epoch.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = f.num("resume") != 0,
-                             .every_steps = f.num("snapshot-every")});
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", step.scaler()).track("batches", batches);
   run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
     const double waited = batches.wait_seconds();
     double loss_sum = 0;
@@ -93,11 +103,14 @@ int train(const example::flags& f, Recompute recompute) {
       const auto r = step(b.x, [&](const tk::var<float>& logits) { return tk::autograd::cross_entropy(logits, b.y); });
       loss_sum += r.loss * double(b.x.size(0));
       seen += b.x.size(0);
+      bar.step(b.x.size(0), r.loss);
       if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+        bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return 0;
       }
     }
+    bar.end();  // the epoch's summary line takes its place
     monitor.metrics().add_data_wait(batches.wait_seconds() - waited);
     monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;  // resumed at the very end of an epoch
@@ -105,6 +118,10 @@ int train(const example::flags& f, Recompute recompute) {
     const double acc = tk::train::accuracy(*model, test_x, test.labels, tk::amp::module_forward<Precision>{});
     std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
                 loss_sum / double(seen), 100 * acc, double(seen) / secs);
+    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written by monitor.log
+      tb->add_scalar("eval/test_accuracy", acc, run.step());
+      tb->flush();
+    }
     std::fflush(stdout);
   }
   run.finish();
@@ -131,7 +148,8 @@ int main(int argc, char** argv) try {
                    {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "8"}, {"batch", "128"},
                     {"lr", "0.001"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
-                    {"snapshot-every", "500"}, {"metrics-port", "0"}, {"metrics-log", ""}});
+                    {"snapshot-every", "500"}, {"metrics-port", "0"}, {"metrics-log", ""},
+                    {"tensorboard", ""}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
     case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);

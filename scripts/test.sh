@@ -36,6 +36,12 @@ if ! command -v conan >/dev/null 2>&1; then
   python3 -m pip install --quiet conan >/dev/null 2>&1 ||
     echo "test.sh: could not pip install conan; package_conan_create will be skipped"
 fi
+# TensorBoard (PyPI) reads the event files trainkit writes (monitor_tensorboard_python,
+# example_fashion_mnist_mlp_tensorboard); best effort: without it those tests are skipped, visibly.
+if ! python3 -c 'import tensorboard' >/dev/null 2>&1; then
+  { python3 -m pip install --quiet tensorboard || python3 -m pip install --quiet --break-system-packages tensorboard; } \
+    >/dev/null 2>&1 || echo "test.sh: could not pip install tensorboard; the TensorBoard reader tests will be skipped"
+fi
 
 # suite <name> <build dir> <ctest args...> -- <cmake configure args...>
 # Configures, builds and runs ctest (even after a failed build: whatever did build is tested); the

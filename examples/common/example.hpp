@@ -3,13 +3,18 @@
 // the library on purpose.
 #pragma once
 
+#include <charconv>  // std::from_chars: whole-string number parsing
 #include <chrono>
+#include <cmath>  // std::isfinite
 #include <cstdint>
 #include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <string>
+#include <system_error>  // std::errc
 
 #include <trainkit/trainkit.hpp>
 #if TRAINKIT_EXAMPLE_HTTP  // set by examples/CMakeLists.txt when trainkit::monitor_http is linked
@@ -19,7 +24,11 @@
 namespace example {
 
 /// --name value flags (and bare --flag for booleans); unknown flags are an error, so a typo
-/// does not silently train with defaults.
+/// does not silently train with defaults. Numbers are parsed strictly (the whole value, in range):
+///   f.num("epochs", 1)           an integer >= 1      "--epochs: expected an integer >= 1, got '-1'"
+///   f.num("resume", 0, 1)        0 or 1
+///   f.real("lr", 0)              a finite number >= 0
+/// and each error is a std::invalid_argument naming the flag and the value.
 class flags {
  public:
   flags(int argc, char** argv, std::map<std::string, std::string> defaults) : values_(std::move(defaults)) {
@@ -44,10 +53,51 @@ class flags {
     }
   }
   std::string str(const std::string& k) const { return values_.at(k); }
-  long num(const std::string& k) const { return std::stol(values_.at(k)); }
-  double real(const std::string& k) const { return std::stod(values_.at(k)); }
+  /// The integer value of --k, which must lie in [min, max].
+  long num(const std::string& k, long min = std::numeric_limits<long>::min(),
+           long max = std::numeric_limits<long>::max()) const {
+    const std::string& v = values_.at(k);
+    long x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec == std::errc::result_out_of_range) fail(k, "an integer that fits in a long", v);
+    if (ec != std::errc() || end != v.data() + v.size()) fail(k, "an integer" + range(min, max), v);
+    if (x < min || x > max) fail(k, "an integer" + range(min, max), v);
+    return x;
+  }
+  /// The value of --k as a finite number in [min, max].
+  double real(const std::string& k, double min = -std::numeric_limits<double>::infinity(),
+              double max = std::numeric_limits<double>::infinity()) const {
+    const std::string& v = values_.at(k);
+    double x = 0;
+    const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || end != v.data() + v.size() || !std::isfinite(x) || x < min || x > max)
+      fail(k, "a finite number" + range(min, max), v);
+    return x;
+  }
 
  private:
+  [[noreturn]] static void fail(const std::string& k, const std::string& expected, const std::string& v) {
+    throw std::invalid_argument("--" + k + ": expected " + expected + ", got '" + v + "'");
+  }
+  /// " >= 1", " in [0, 1]" or "" for the bounds that are set.
+  template <class T>
+  static std::string range(T min, T max) {
+    // The defaults (no bound) are the extremes of T: infinities for a double, lowest/max for a long.
+    constexpr T none_lo = std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                                               : std::numeric_limits<T>::lowest();
+    constexpr T none_hi = std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                                               : std::numeric_limits<T>::max();
+    const bool lo = min > none_lo, hi = max < none_hi;
+    std::ostringstream os;
+    if (lo && hi)
+      os << " in [" << min << ", " << max << "]";
+    else if (lo)
+      os << " >= " << min;
+    else if (hi)
+      os << " <= " << max;
+    return os.str();
+  }
+
   std::map<std::string, std::string> values_;
 };
 

@@ -143,7 +143,8 @@ TEST_CASE("training_metrics: the standard families", "[monitor][training]") {
              .skipped = true,
              .communication_seconds = 0.1,
              .bytes_sent = 4096,
-             .data_wait_seconds = 0.01});
+             .data_wait_seconds = 0.01,
+             .grad_norm = 3.5});
   m.observe({.seconds = 0.25, .samples = 64, .loss = 1.5});
   m.set_epoch(3);
   const auto e = monitor_test::parse_prometheus(monitor::to_prometheus(reg));
@@ -155,6 +156,7 @@ TEST_CASE("training_metrics: the standard families", "[monitor][training]") {
   REQUIRE(*e.value("trainkit_loss") == 1.5);
   REQUIRE(*e.value("trainkit_learning_rate") == 0.1);  // not reported by the second step: kept
   REQUIRE(*e.value("trainkit_loss_scale") == 1024);
+  REQUIRE(*e.value("trainkit_grad_norm") == 3.5);  // not measured by the second step: kept
   REQUIRE(*e.value("trainkit_skipped_steps_total") == 1);
   REQUIRE(*e.value("trainkit_epoch") == 3);
   REQUIRE(*e.value("trainkit_communication_seconds_total") == 0.1);

@@ -73,13 +73,16 @@ class progress_line {
   /// Whether the line is drawn (a terminal, or mode always).
   bool live() const noexcept { return live_; }
 
-  /// Starts a pass of `total` steps (0: unknown; no bar and no ETA), shown after `label`.
-  void begin(std::string label, std::int64_t total) {
+  /// Starts a pass of `total` steps (0: unknown; no bar and no ETA), shown after `label`, of which
+  /// `done` are behind already (a resumed epoch); the rate and the ETA count only the steps to come.
+  void begin(std::string label, std::int64_t total, std::int64_t done = 0) {
     TRAINKIT_CHECK(total >= 0, value_error, "progress_line::begin", "total must be >= 0, got " << total);
+    TRAINKIT_CHECK(done >= 0 && (total == 0 || done <= total), value_error, "progress_line::begin",
+                   "done must be in [0, total = " << total << "], got " << done);
     end();
     label_ = std::move(label);
     total_ = total;
-    done_ = 0;
+    done_ = first_ = done;
     samples_ = 0;
     loss_.reset();
     start_ = clock::now();
@@ -136,8 +139,9 @@ class progress_line {
       std::snprintf(buf, sizeof buf, "  %.0f samples/s", static_cast<double>(samples_) / elapsed);
       s += buf;
     }
-    if (total_ > 0 && done_ > 0) {
-      const double left = elapsed / static_cast<double>(done_) * static_cast<double>(total_ - std::min(done_, total_));
+    if (total_ > 0 && done_ > first_) {
+      const double left = elapsed / static_cast<double>(done_ - first_) *
+                          static_cast<double>(total_ - std::min(done_, total_));
       s += "  ETA " + format_duration(left);
     }
     std::snprintf(buf, sizeof buf, "  mem %.1f MiB", static_cast<double>(memory_) / (1024.0 * 1024.0));
@@ -189,7 +193,7 @@ class progress_line {
   int width_ = 100;
   bool open_ = false;
   std::string label_;
-  std::int64_t total_ = 0, done_ = 0, samples_ = 0;
+  std::int64_t total_ = 0, done_ = 0, first_ = 0, samples_ = 0;
   std::optional<double> loss_;
   std::uint64_t memory_ = 0;
   clock::time_point start_{}, last_draw_{};

@@ -14,6 +14,7 @@
 //   trainkit_loss                          gauge      loss of the last step
 //   trainkit_learning_rate                 gauge      learning rate of the last step
 //   trainkit_loss_scale                    gauge      loss scale after the last step
+//   trainkit_grad_norm                     gauge      total 2-norm of the gradients, last step that measured it
 //   trainkit_skipped_steps_total           counter    steps skipped for inf/NaN gradients
 //   trainkit_epoch                         gauge      current epoch
 //   trainkit_communication_seconds_total   counter    time spent in gradient communication
@@ -50,6 +51,7 @@ struct step_figures {
   double communication_seconds = 0.0;  ///< this step's gradient communication
   std::uint64_t bytes_sent = 0;        ///< this step's bytes on the wire
   double data_wait_seconds = 0.0;      ///< this step's wait for data
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();  ///< gradients' total 2-norm (NaN: not measured)
 };
 
 /// Settings of training_metrics.
@@ -71,6 +73,7 @@ class training_metrics {
         loss_(reg.gauge("trainkit_loss", "Training loss of the last step.")),
         lr_(reg.gauge("trainkit_learning_rate", "Learning rate of the last step.")),
         scale_(reg.gauge("trainkit_loss_scale", "Loss scale after the last step (1 without scaling).")),
+        grad_norm_(reg.gauge("trainkit_grad_norm", "Total 2-norm of the gradients, last step that measured it.")),
         skipped_(
             reg.counter("trainkit_skipped_steps_total", "Steps skipped because a gradient was inf or NaN.")),
         epoch_(reg.gauge("trainkit_epoch", "Current epoch.")),
@@ -107,6 +110,7 @@ class training_metrics {
     if (!std::isnan(f.loss)) loss_.set(f.loss);
     if (!std::isnan(f.learning_rate)) lr_.set(f.learning_rate);
     if (!std::isnan(f.loss_scale)) scale_.set(f.loss_scale);
+    if (!std::isnan(f.grad_norm)) grad_norm_.set(f.grad_norm);
     if (f.skipped) skipped_.inc();
     if (f.communication_seconds > 0) comm_seconds_.inc(f.communication_seconds);
     if (f.bytes_sent > 0) bytes_sent_.inc(static_cast<double>(f.bytes_sent));
@@ -139,6 +143,7 @@ class training_metrics {
   gauge& loss_;
   gauge& lr_;
   gauge& scale_;
+  gauge& grad_norm_;
   counter& skipped_;
   gauge& epoch_;
   counter& comm_seconds_;
