@@ -16,11 +16,24 @@ namespace trainkit::train {
 ///   p.finish()     after backward, before unscaling and the step: waits for the reduction and
 ///                  leaves the averaged gradients in .grad() (a no-op for one process).
 /// Optional, used when present: p.found_inf(bool) -> bool (the OR over the ranks, so every rank
-/// skips the same steps) and p.stats() with bytes_sent and comm_seconds (for the metrics).
+/// skips the same steps), p.stats() with bytes_sent and comm_seconds (for the metrics) and
+/// p.no_sync() (gradient accumulation, parallel_policy_with_no_sync below).
 /// Models: no_parallel, parallel::data_parallel<Comm, Compression>.
 template <class P>
 concept parallel_policy = requires(P& p) {
   p.finish();
+};
+
+/// A parallel policy that communicates during backward and can hold that back while gradients
+/// accumulate over micro-batches:
+///   p.no_sync()    an RAII guard: backward passes while it lives only accumulate locally; the
+///                  next backward outside it (then finish()) reduces the accumulated sum.
+/// train_step runs the first accumulation_steps - 1 backward passes of each optimizer step inside
+/// it. A policy without no_sync() is taken to do all its communication in finish(), which
+/// train_step calls once per optimizer step. Models: parallel::data_parallel<Comm, Compression>.
+template <class P>
+concept parallel_policy_with_no_sync = parallel_policy<P> && requires(P& p) {
+  p.no_sync();
 };
 
 /// One process, nothing to reduce.

@@ -3,13 +3,28 @@
 //
 //   forward      amp::forward<Precision>(model, x), through Recompute for an nn::sequential
 //   loss         the caller's function of the output
-//   backward     scaler.scale(loss).backward()
+//   backward     scaler.scale(loss / K).backward() (K = accumulation_steps, default 1; the first
+//                K - 1 micro-batches of a step inside parallel.no_sync(): no communication)
+//   ---- the rest on every K-th call only: one optimizer step per K micro-batches ----
 //   reduce       parallel.finish()                 (data_parallel: average over the ranks)
 //   unscale      scaler.unscale(opt) -> found_inf  (skipped for no_scaling)
 //   clip         clip_grad_norm_(params, max_grad_norm), when set and the gradients are finite
 //   step         scaler.step(opt): opt.step() unless found_inf; scaler.update()
 //   schedule     sched.step(opt), when attached, after a step that was taken
-//   metrics      training_metrics.observe(...), when given
+//   metrics      training_metrics.observe(...), when given: all K micro-batches' samples, mean loss
+//
+// Gradient accumulation (PyTorch's `loss / K` loop, DeepSpeed's gradient_accumulation_steps):
+// each call is one micro-batch; the gradients of the K losses, each divided by K, add up to the
+// gradient of the mean loss over the K micro-batches - the gradient of the K-times batch when the
+// loss is a mean over equally sized micro-batches (with unequal sizes, each micro-batch weighs
+// 1/K regardless). The gradients are zeroed when a step begins (its first micro-batch), so
+// after a step they stay readable until the next call.
+//
+//   train::train_step step(*model, opt, {.accumulation_steps = 4});
+//   for (auto& mb : micro_batches) {
+//     auto r = step(mb.x, [&](const var<float>& out) { return autograd::cross_entropy(out, mb.y); });
+//     if (r.accumulating) continue;   // 3 of 4 calls; the 4th stepped (or skipped on inf)
+//   }
 //
 // Every axis has a model that does nothing - fp32, no_scaling, store_all, no_parallel - and with
 // all four the step is the hand-written loop (benchmarks/train_step_overhead.cpp measures it):
@@ -31,6 +46,7 @@
 #include <chrono>
 #include <cmath>  // std::isfinite
 #include <concepts>
+#include <cstdint>     // std::int64_t, std::uint64_t: samples and bytes of a step
 #include <functional>  // the attached schedule
 #include <limits>
 #include <type_traits>
@@ -40,6 +56,7 @@
 #include "trainkit/amp/loss_scaler.hpp"
 #include "trainkit/amp/module_forward.hpp"
 #include "trainkit/amp/precision.hpp"
+#include "trainkit/autograd/ops/arithmetic.hpp"  // mul: a micro-batch's loss / K
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/checkpoint/concepts.hpp"
 #include "trainkit/checkpoint/policies.hpp"
@@ -57,18 +74,27 @@ namespace trainkit::train {
 /// Settings of train_step that are not policies.
 struct train_step_options {
   double max_grad_norm = 0.0;  ///< clip the total 2-norm of the gradients to this; 0: no clipping
-  monitor::training_metrics* metrics = nullptr;  ///< report each step here (optional)
+  monitor::training_metrics* metrics = nullptr;  ///< report each optimizer step here (optional)
+  /// Micro-batches (calls) per optimizer step, >= 1: each loss is divided by it and the gradients
+  /// accumulate; reduction, unscaling, clipping and the step run on every accumulation_steps-th call.
+  int accumulation_steps = 1;
 };
 
-/// What one step did.
+/// What one call did: one micro-batch, and the optimizer step when it was the last of its step.
 struct step_result {
-  double loss = 0.0;       ///< the unscaled loss
-  bool stepped = true;     ///< false: an inf/NaN gradient made the scaler skip the optimizer step
-  bool found_inf = false;  ///< an inf/NaN gradient was found (always false without scaling)
+  double loss = 0.0;  ///< this micro-batch's loss, unscaled and not divided by accumulation_steps
+  /// The optimizer stepped; false on accumulating calls, and when an inf/NaN gradient made the
+  /// scaler skip the step (found_inf).
+  bool stepped = true;
+  bool accumulating = false;  ///< only accumulated gradients: not the last micro-batch of its step
+  int micro_step = 0;         ///< this micro-batch's place in its step: 0 .. accumulation_steps - 1
+  /// An inf/NaN gradient was found: always false without scaling, and on accumulating calls (the
+  /// check runs once per step, on its last micro-batch).
+  bool found_inf = false;
   double grad_norm = std::numeric_limits<double>::quiet_NaN();  ///< before clipping; NaN when not clipped
-  double learning_rate = 0.0;                                   ///< the rate the step used
-  double loss_scale = 1.0;                                      ///< the scale the step used
-  double seconds = 0.0;                                         ///< wall time of the step
+  double learning_rate = 0.0;  ///< the rate the step used (accumulating: the rate it will use)
+  double loss_scale = 1.0;     ///< the scale this micro-batch's backward used
+  double seconds = 0.0;        ///< wall time of this call
 };
 
 namespace detail {
@@ -190,20 +216,45 @@ class train_step {
       return checkpoint::apply_recompute(recompute_, *model_, x, amp::module_forward<Precision>{});
   }
 
-  /// One step on input x; loss_fn(output) -> var is the loss (e.g. cross_entropy against labels).
+  /// One micro-batch on input x - a whole step when accumulation_steps is 1; loss_fn(output) -> var
+  /// is the loss (e.g. cross_entropy against labels).
   template <class LossFn>
   requires std::invocable<LossFn&, const var_type&> step_result operator()(const var_type& x,
                                                                            LossFn&& loss_fn) {
     const auto t0 = std::chrono::steady_clock::now();
+    const int k = options_.accumulation_steps;
     step_result r;
+    r.micro_step = micro_;
+    r.accumulating = micro_ + 1 < k;
     r.learning_rate = opt_->lr();
     r.loss_scale = scaler_.get_scale();
-    const auto comm_before = parallel_figures();
+    if (micro_ == 0) {
+      cycle_ = {};
+      cycle_.comm_before = parallel_figures();
+      opt_->zero_grad();
+    }
 
-    opt_->zero_grad();
     const var_type out = forward(x);
     const var_type loss = loss_fn(out);
-    scaler_.scale(loss).backward();
+    // Divided by K, the K gradients add up to the mean's; K = 1 multiplies by nothing, so a plain
+    // step stays bit for bit the hand-written loop.
+    const var_type share = k == 1 ? loss : autograd::mul(loss, 1.0 / k);
+    if (r.accumulating)
+      backward_without_sync(share);
+    else
+      scaler_.scale(share).backward();
+    r.loss = static_cast<double>(loss.item());
+    cycle_.samples += x.dim() > 0 ? x.size(0) : 1;
+    cycle_.loss_sum += r.loss;
+    // Counted once backward is through: a micro-batch whose forward or backward threw can be retried.
+    micro_ = r.accumulating ? micro_ + 1 : 0;
+    if (r.accumulating) {
+      r.stepped = false;
+      r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      cycle_.seconds += r.seconds;
+      return r;
+    }
+
     parallel_.get().finish();
     if constexpr (!std::same_as<Scaler, amp::no_scaling>) r.found_inf = scaler_.unscale(*opt_);
     if (options_.max_grad_norm > 0.0 && !r.found_inf)
@@ -211,19 +262,25 @@ class train_step {
     r.stepped = scaler_.step(*opt_);
     scaler_.update();
     if (r.stepped && schedule_) schedule_(*opt_);
-    r.loss = static_cast<double>(loss.item());
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    cycle_.seconds += r.seconds;
 
     if (options_.metrics != nullptr) {
+      // One record per optimizer step: the time of its K calls (not what ran between them, such as
+      // loading the next micro-batch), the samples of all K, the mean of their losses.
       const auto comm_after = parallel_figures();
-      options_.metrics->observe({.seconds = r.seconds,
-                                 .samples = x.dim() > 0 ? x.size(0) : 1,
-                                 .loss = r.loss,
-                                 .learning_rate = r.learning_rate,
-                                 .loss_scale = scaler_.get_scale(),
-                                 .skipped = !r.stepped,
-                                 .communication_seconds = comm_after.first - comm_before.first,
-                                 .bytes_sent = comm_after.second - comm_before.second});
+      // Assigned field by field: nvcc's host pass rejects this designated initializer here.
+      monitor::step_figures f;
+      f.seconds = cycle_.seconds;
+      f.samples = cycle_.samples;
+      f.loss = cycle_.loss_sum / k;
+      f.learning_rate = r.learning_rate;
+      f.loss_scale = scaler_.get_scale();
+      f.skipped = !r.stepped;
+      f.communication_seconds = comm_after.first - cycle_.comm_before.first;
+      f.bytes_sent = comm_after.second - cycle_.comm_before.second;
+      f.grad_norm = r.grad_norm;  // NaN (not reported) without clipping
+      options_.metrics->observe(f);
     }
     return r;
   }
@@ -242,10 +299,31 @@ class train_step {
   Parallel& parallel() noexcept { return parallel_.get(); }
   const train_step_options& options() const noexcept { return options_; }
 
+  /// Whether the next call begins an optimizer step (no micro-batch is accumulated). Snapshots
+  /// (model, optimizer, scaler, schedule) must be taken here: the gradients accumulated so far
+  /// and the count of micro-batches are in no state dict, so a snapshot taken mid-step would
+  /// resume with a step of the wrong size.
+  bool at_step_boundary() const noexcept { return micro_ == 0; }
+  /// Micro-batches accumulated toward the next optimizer step: 0 .. accumulation_steps - 1.
+  int micro_step() const noexcept { return micro_; }
+
  private:
   void validate() const {
     TRAINKIT_CHECK(options_.max_grad_norm >= 0.0 && std::isfinite(options_.max_grad_norm), value_error,
                    "train_step", "max_grad_norm must be finite and >= 0, got " << options_.max_grad_norm);
+    TRAINKIT_CHECK(options_.accumulation_steps >= 1, value_error, "train_step",
+                   "accumulation_steps must be >= 1, got " << options_.accumulation_steps);
+  }
+  /// Backward of a micro-batch that is not the last of its step: the gradients only accumulate.
+  /// A policy with no_sync() (data_parallel) must not reduce them yet - nor count its buckets
+  /// ready, which the last backward of the step does once; one without communicates in finish().
+  void backward_without_sync(const var_type& loss) {
+    if constexpr (parallel_policy_with_no_sync<Parallel>) {
+      auto guard = parallel_.get().no_sync();
+      scaler_.scale(loss).backward();
+    } else {
+      scaler_.scale(loss).backward();
+    }
   }
   /// (communication seconds, bytes sent) so far, for the per-step deltas; zeros without stats().
   std::pair<double, std::uint64_t> parallel_figures() {
@@ -261,6 +339,14 @@ class train_step {
     }
   }
 
+  /// What the calls of the optimizer step in progress add up to (for its metrics record).
+  struct cycle_figures {
+    double seconds = 0.0;
+    std::int64_t samples = 0;
+    double loss_sum = 0.0;
+    std::pair<double, std::uint64_t> comm_before{0.0, 0};
+  };
+
   Model* model_;
   Optimizer* opt_;
   train_step_options options_;
@@ -268,6 +354,8 @@ class train_step {
   Recompute recompute_;
   detail::parallel_holder<Parallel> parallel_;
   std::function<void(Optimizer&)> schedule_;
+  int micro_ = 0;  // micro-batches of the step in progress done so far
+  cycle_figures cycle_;
 };
 
 /// train_step with the precision chosen explicitly and the rest deduced:
