@@ -25,6 +25,7 @@
 #include <bit>  // std::bit_cast
 #include <chrono>
 #include <cstddef>
+#include <cmath>    // std::isnan
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -261,7 +262,8 @@ class tensorboard_logger {
             writer_.add_scalar(tag, c.c->value(), step, now);
             break;
           case metric_type::gauge:
-            writer_.add_scalar(tag, c.g->value(), step, now);
+            // NaN: never measured (trainkit_grad_norm without clipping); a point would mislead.
+            if (!std::isnan(c.g->value())) writer_.add_scalar(tag, c.g->value(), step, now);
             break;
           case metric_type::histogram: {
             const auto s = c.h->read();

@@ -90,6 +90,7 @@ class training_metrics {
         peak_(
             reg.gauge("trainkit_memory_peak_bytes", "Highest allocated bytes so far.", {{"device", "cpu"}})) {
     scale_.set(1.0);
+    grad_norm_.set(std::numeric_limits<double>::quiet_NaN());  // not measured yet (no clipping)
     // Memory figures are read when scraped, so they are current even between steps. The hook
     // holds the gauges (owned by the registry), not this object, which may go first.
     reg.on_collect([a = &allocated_, p = &peak_] { read_memory(*a, *p); });
