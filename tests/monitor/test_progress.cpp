@@ -4,6 +4,7 @@
 // The example under a real pseudo-terminal is tested in examples/CMakeLists.txt.
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>  // setenv, unsetenv
 #include <string>
 
 #include "trainkit/monitor/progress.hpp"
@@ -106,4 +107,16 @@ TEST_CASE("progress_line without a total counts steps, and formats durations", "
   CHECK_THROWS_WITH(monitor::progress_line({.out = nullptr}), Contains("no output stream"));
   monitor::progress_line ok({.out = stdout, .mode = monitor::progress_mode::never});
   CHECK_THROWS_WITH(ok.begin("x", -1), Contains("total must be >= 0"));
+}
+
+TEST_CASE("TRAINKIT_PROGRESS overrides the automatic choice", "[monitor][progress]") {
+  std::FILE* f = std::tmpfile();
+  ::setenv("TRAINKIT_PROGRESS", "always", 1);
+  CHECK(monitor::progress_line({.out = f}).live());  // a file, but asked for
+  CHECK_FALSE(monitor::progress_line({.out = f, .mode = monitor::progress_mode::never}).live());
+  ::setenv("TRAINKIT_PROGRESS", "never", 1);
+  CHECK_FALSE(monitor::progress_line({.out = f}).live());
+  CHECK(monitor::progress_line({.out = f, .mode = monitor::progress_mode::always}).live());  // the code wins
+  ::unsetenv("TRAINKIT_PROGRESS");
+  std::fclose(f);
 }

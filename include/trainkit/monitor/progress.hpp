@@ -39,7 +39,10 @@ namespace trainkit::monitor {
 
 /// When the progress line is drawn.
 enum class progress_mode {
-  automatic,  ///< when the output is a terminal and TERM is not "dumb"
+  /// When the output is a terminal and TERM is not "dumb", and not in a process Open MPI started
+  /// (mpirun hands every rank a pseudo-terminal whatever its own output is, so a log would fill
+  /// with redraws). TRAINKIT_PROGRESS=always|never in the environment overrides it.
+  automatic,
   always,     ///< always (tests, or a terminal the check cannot see)
   never,      ///< never
 };
@@ -63,7 +66,7 @@ class progress_line {
     TRAINKIT_CHECK(o_.refresh_seconds >= 0.0, value_error, "progress_line",
                    "refresh_seconds must be >= 0, got " << o_.refresh_seconds);
     live_ = o_.mode == progress_mode::always ||
-            (o_.mode == progress_mode::automatic && ::isatty(::fileno(o_.out)) && !dumb_terminal());
+            (o_.mode == progress_mode::automatic && automatic_live(o_.out));
     width_ = o_.width > 0 ? o_.width : columns_from_env();
   }
   progress_line(const progress_line&) = delete;
@@ -163,9 +166,15 @@ class progress_line {
   }
 
  private:
-  static bool dumb_terminal() {
+  static bool automatic_live(std::FILE* out) {
+    if (const char* env = std::getenv("TRAINKIT_PROGRESS")) {
+      if (std::strcmp(env, "always") == 0) return true;
+      if (std::strcmp(env, "never") == 0) return false;
+    }
     const char* term = std::getenv("TERM");
-    return term != nullptr && std::strcmp(term, "dumb") == 0;
+    if (term != nullptr && std::strcmp(term, "dumb") == 0) return false;
+    if (std::getenv("OMPI_COMM_WORLD_RANK") != nullptr) return false;  // mpirun's pty, not the user's
+    return ::isatty(::fileno(out)) != 0;
   }
   static int columns_from_env() {
     if (const char* c = std::getenv("COLUMNS")) {
