@@ -20,6 +20,8 @@ TRAINKIT_DEBIAN_PACKAGES=(
   libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
   prometheus        # a real Prometheus server scrapes a training run (tests/monitor, examples/)
   curl              # the example test asks the Prometheus HTTP API
+  clang             # clang++ for the libFuzzer harnesses: scripts/fuzz.sh, tests/fuzz/
+  libclang-rt-dev   # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes (only a Recommends of clang)
 )
 
 # trainkit_package_installed <pkg>: true when dpkg reports it fully installed.

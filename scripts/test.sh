@@ -3,9 +3,13 @@
 #
 #   scripts/test.sh             ASan+UBSan suite (build-asan/), then the main suite (build-test/)
 #   scripts/test.sh --no-asan   the main suite only (quick local runs)
+#   scripts/test.sh --no-fuzz   without the fuzz stage
+#   FUZZ_SECONDS=60 scripts/test.sh   run each libFuzzer harness this long (default 30)
 #   JOBS=4 scripts/test.sh      parallel build and test jobs (default 2)
 #
 # build-test/:  -O2 (no -g: it costs build time CI does not need), -Wall -Wextra -Werror; every ctest test.
+# fuzz:         scripts/fuzz.sh runs the libFuzzer harnesses of the IDX, CIFAR-10 and snapshot readers
+#               (tests/fuzz/) for FUZZ_SECONDS each; skipped, visibly, without clang++.
 # build-asan/:  Debug -O1 -g, -fsanitize=address,undefined, -Werror; examples are built but their
 #               smoke tests (label "example") and the package tests (label "package", which build
 #               without sanitizers anyway) are not run; benchmarks are not built.
@@ -13,12 +17,14 @@
 # summary ("NN% tests passed, N tests failed out of M").
 set -uo pipefail
 
-usage() { sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,17p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 
 run_asan=1
+run_fuzz=1
 for arg in "$@"; do
   case "$arg" in
     --no-asan) run_asan=0 ;;
+    --no-fuzz) run_fuzz=0 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "test.sh: unknown argument '$arg'" >&2; usage >&2; exit 2 ;;
   esac
@@ -90,6 +96,17 @@ if ((run_asan)); then
   unset ASAN_OPTIONS UBSAN_OPTIONS
 fi
 
+fuzz_status=skipped
+if ((run_fuzz)); then
+  echo "=== [fuzz] scripts/fuzz.sh ${FUZZ_SECONDS:-30}"
+  "$repo_root/scripts/fuzz.sh" "${FUZZ_SECONDS:-30}"
+  case $? in
+    0) fuzz_status=passed ;;
+    77) fuzz_status="skipped (no clang++)" ;;
+    *) fuzz_status=FAILED ;;
+  esac
+fi
+
 main_status=FAILED
 # -O2 without -DNDEBUG: asserts stay on in tests; no -g, which slows every compile and link.
 if suite main "$repo_root/build-test" -- \
@@ -105,6 +122,7 @@ fi
 
 echo
 echo "=== asan suite (build-asan): $asan_status"
+echo "=== fuzz (build-fuzz): $fuzz_status"
 echo "=== main suite (build-test): $main_status"
 summary="$(grep -E '^[0-9]+% tests passed' "$repo_root/build-test/ctest.log" 2>/dev/null | tail -n 1)"
 if [[ -n "$summary" ]]; then
@@ -113,4 +131,4 @@ else
   echo "0% tests passed: the main suite did not build or ctest did not run (see above)"
 fi
 
-[[ "$main_status" == passed && "$asan_status" != FAILED ]]
+[[ "$main_status" == passed && "$asan_status" != FAILED && "$fuzz_status" != FAILED ]]

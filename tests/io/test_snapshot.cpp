@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <string>
@@ -184,6 +185,43 @@ TEST_CASE("damaged snapshot files are rejected with file and offset", "[io][snap
   }
   SECTION("a missing file") {
     REQUIRE_THROWS_WITH(io::snapshot::read(dir / "none.tks"), Contains("cannot open"));
+  }
+}
+
+namespace {
+/// A snapshot image from hex, its header (payload size, both checksums) made valid, so that only
+/// the record itself is wrong - the shape the fuzzer (tests/fuzz/fuzz_snapshot.cpp) found them in.
+std::vector<std::byte> sealed(const std::string& hex) {
+  std::vector<std::byte> b;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    b.push_back(static_cast<std::byte>(std::stoi(hex.substr(i, 2), nullptr, 16)));
+  const auto* data = reinterpret_cast<const unsigned char*>(b.data());
+  const std::size_t payload = b.size() - io::snapshot_header_size;
+  const auto header =
+      io::detail::make_header(payload, io::detail::crc32_update(0, data + io::snapshot_header_size, payload));
+  std::memcpy(b.data(), header.data(), header.size());
+  return b;
+}
+}  // namespace
+
+TEST_CASE("snapshot records the fuzzer found are rejected at decode, not read out of bounds", "[io][snapshot]") {
+  SECTION("sizes [2^40, 2^40, 0]: empty, but numel() would overflow int64 (UBSan)") {
+    const auto b = sealed(
+        "89544b534e41500a010000000000000038000000000000003a98a70c3cc08ff5010000000100000073010000000101"
+        "0000007401030000000000000000010000000000000001000000000000000000000000000000000000");
+    REQUIRE_THROWS_WITH(io::snapshot::from_bytes(b), Contains("tensor 't'") && Contains("product overflows"));
+  }
+  SECTION("int64 sizes [2^61 + 1] with 8 bytes: the byte count wrapped modulo 2^64 (ASan overflow)") {
+    const auto b = sealed(
+        "89544b534e41500a01000000000000003000000000000000cc7a69888e464445010000000100000073010000000101"
+        "000000740901000000010000000000002008000000000000000707070707070707");
+    REQUIRE_THROWS_WITH(io::snapshot::from_bytes(b), Contains("tensor 't'") && Contains("product overflows"));
+  }
+  SECTION("a bool tensor holding the byte 2 (reading it is undefined behaviour)") {
+    const auto b = sealed(
+        "89544b534e41500a010000000000000029000000000000005941df3f15a5cf91010000000100000073010000000101"
+        "000000620a010000000100000000000000010000000000000002");
+    REQUIRE_THROWS_WITH(io::snapshot::from_bytes(b), Contains("bool tensor 'b'") && Contains("byte 2"));
   }
 }
 

@@ -466,20 +466,35 @@ struct snapshot_codec {
             if (esize == 0) fail_at(rec_at, "tensor '" + rname + "' has an unknown dtype code");
             const std::uint32_t ndim = u32("a tensor rank");
             if (ndim > 64) fail_at(rec_at, "tensor '" + rname + "' has rank " + std::to_string(ndim));
-            std::uint64_t numel = 1;
+            // The byte count of the nonzero sizes must not overflow even when a zero size makes
+            // the tensor empty: numel() and the strides multiply them all (found by fuzzing).
+            std::uint64_t nonzero_bytes = esize;
+            bool has_zero = false;
             for (std::uint32_t d = 0; d < ndim; ++d) {
               const auto v = static_cast<std::int64_t>(u64("a tensor size"));
               if (v < 0) fail_at(rec_at, "tensor '" + rname + "' has a negative size");
               e.info.sizes.push_back(v);
-              numel *= static_cast<std::uint64_t>(v);
+              if (v == 0)
+                has_zero = true;
+              else if (nonzero_bytes > (std::uint64_t(1) << 62) / static_cast<std::uint64_t>(v))
+                fail_at(rec_at, "tensor '" + rname + "' has sizes " + trainkit::to_string(e.info.sizes) +
+                                    " (read so far), whose product overflows");
+              else
+                nonzero_bytes *= static_cast<std::uint64_t>(v);
             }
             e.info.dtype = code;
+            const std::uint64_t numel_bytes = has_zero ? 0 : nonzero_bytes;
             const std::uint64_t nbytes = u64("a tensor byte count");
-            if (nbytes != numel * esize)
+            if (nbytes != numel_bytes)
               fail_at(rec_at, "tensor '" + rname + "' of shape " + trainkit::to_string(e.info.sizes) +
                                   " and dtype " + std::string(to_string(code)) + " holds " +
                                   std::to_string(nbytes) + " bytes");
             need(nbytes, "tensor data");
+            if (code == dtype_code::boolean)  // any other byte is not a bool: reading it is UB
+              for (std::uint64_t k = 0; k < nbytes; ++k)
+                if (base[at + k] > 1)
+                  fail_at(at + k, "bool tensor '" + rname + "' holds the byte " + std::to_string(base[at + k]) +
+                                      " at element " + std::to_string(k) + " (0 or 1 expected)");
             e.bytes = image;
             e.begin = static_cast<std::size_t>(at);
             e.length = static_cast<std::size_t>(nbytes);
