@@ -96,8 +96,11 @@ class atomic_file {
   atomic_file(std::filesystem::path target, write_options opts = {})
       : target_(std::move(target)), opts_(std::move(opts)) {
     const std::filesystem::path dir = target_.parent_path();
-    temp_ = dir / ("." + target_.filename().string() + std::string(temp_file_marker) +
-                   std::to_string(::getpid()) + "-" + std::to_string(detail::next_temp_counter()));
+    // Appends, not "." + std::string&&: GCC 12 warns a false -Wrestrict on that (bug 105651).
+    std::string name = ".";
+    name.append(target_.filename().string()).append(temp_file_marker);
+    name.append(std::to_string(::getpid())).append("-").append(std::to_string(detail::next_temp_counter()));
+    temp_ = dir / name;
     fd_ = detail::unique_fd(::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
     TRAINKIT_CHECK(static_cast<bool>(fd_), io_error, "snapshot",
                    "cannot create '" << temp_.string() << "' (for '" << target_.string()
