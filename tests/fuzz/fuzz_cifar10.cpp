@@ -5,8 +5,6 @@
 // directory. A trainkit::error is an expected rejection; anything else (a crash, a sanitizer
 // report, another exception type, a huge allocation) is a finding.
 // Built and run by scripts/fuzz.sh; reproduce a finding with `build-fuzz/fuzz_cifar10 crash-<sha1>`.
-#include <unistd.h>  // getpid
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -15,33 +13,15 @@
 #include <optional>
 #include <string>
 
+#include "fuzz_files.hpp"  // scratch_dir, write_file
 #include "trainkit/core/error.hpp"
 #include "trainkit/data/cifar10.hpp"
 
-namespace {
-
-std::filesystem::path temp_dir() {
-  const char* dir = std::getenv("TMPDIR");
-  std::filesystem::path base = dir && *dir ? dir : "/tmp";
-  std::filesystem::path d = base / ("trainkit_fuzz_cifar10_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return d;
-}
-
-void write_file(const std::filesystem::path& p, const std::uint8_t* data, std::size_t size) {
-  std::FILE* f = std::fopen(p.c_str(), "wb");
-  if (!f) std::abort();  // the harness itself is broken, not the reader
-  if (size && std::fwrite(data, 1, size, f) != size) std::abort();
-  if (std::fclose(f) != 0) std::abort();
-}
-
-}  // namespace
-
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size > (std::size_t(1) << 20)) return 0;  // at most 341 records
-  static const std::filesystem::path dir = temp_dir();
+  static const std::filesystem::path dir = fuzz::scratch_dir("cifar10");
   static const std::filesystem::path file = dir / "test_batch.bin";
-  write_file(file, data, size);
+  fuzz::write_file(file, data, size);
   namespace td = trainkit::data;
   const bool whole = size > 0 && size % td::cifar10_record_bytes == 0;
   try {

@@ -4,8 +4,6 @@
 // back; a file that starts with 1f 8b goes through zlib. A trainkit::error is an expected rejection;
 // anything else (a crash, a sanitizer report, another exception type, a huge allocation) is a finding.
 // Built and run by scripts/fuzz.sh; reproduce a finding with `build-fuzz/fuzz_idx crash-<sha1>`.
-#include <unistd.h>  // getpid
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -13,31 +11,15 @@
 #include <filesystem>
 #include <string>
 
+#include "fuzz_files.hpp"  // scratch_dir, write_file
 #include "trainkit/core/error.hpp"
 #include "trainkit/data/idx.hpp"
-
-namespace {
-
-std::filesystem::path temp_path() {
-  const char* dir = std::getenv("TMPDIR");
-  std::filesystem::path base = dir && *dir ? dir : "/tmp";
-  return base / ("trainkit_fuzz_idx_" + std::to_string(::getpid()) + ".idx");
-}
-
-void write_file(const std::filesystem::path& p, const std::uint8_t* data, std::size_t size) {
-  std::FILE* f = std::fopen(p.c_str(), "wb");
-  if (!f) std::abort();  // the harness itself is broken, not the reader
-  if (size && std::fwrite(data, 1, size, f) != size) std::abort();
-  if (std::fclose(f) != 0) std::abort();
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   // Bounded inputs: a gzip stream of 64 KiB inflates to at most ~66 MB, well under -rss_limit_mb.
   if (size > (std::size_t(1) << 16)) return 0;
-  static const std::filesystem::path path = temp_path();
-  write_file(path, data, size);
+  static const std::filesystem::path path = fuzz::scratch_dir("idx") / "input.idx";
+  fuzz::write_file(path, data, size);
   try {
     const trainkit::data::idx_array a = trainkit::data::read_idx(path);
     // read_idx promises bytes.size() == numel() * element_size(); the typed helpers check it too.

@@ -89,9 +89,8 @@ class progress_line {
     samples_ = 0;
     loss_.reset();
     start_ = clock::now();
-    last_draw_ = start_ - std::chrono::hours(1);  // draw the first step at once
     open_ = true;
-    draw(true);
+    draw();
   }
 
   /// One step done: `samples` trained on, its loss (NaN: not shown), and the bytes to show as
@@ -105,7 +104,7 @@ class progress_line {
     memory_ = memory_bytes ? *memory_bytes : static_cast<std::uint64_t>(allocator<cpu>::stats().allocated);
     const auto now = clock::now();
     const bool last = total_ > 0 && done_ >= total_;
-    if (last || std::chrono::duration<double>(now - last_draw_).count() >= o_.refresh_seconds) draw(false);
+    if (last || std::chrono::duration<double>(now - last_draw_).count() >= o_.refresh_seconds) draw();
   }
 
   /// Ends the pass: the line is erased, so the caller's summary line takes its place.
@@ -184,12 +183,10 @@ class progress_line {
     return 100;
   }
 
-  void draw(bool force) {
+  /// Redraws the line now (the caller decides when: begin(), or step() past the refresh time).
+  void draw() {
     if (!live_) return;
-    const auto now = clock::now();
-    if (!force && std::chrono::duration<double>(now - last_draw_).count() < o_.refresh_seconds && done_ < total_)
-      return;
-    last_draw_ = now;
+    last_draw_ = clock::now();
     const std::string line = render();
     std::fputs("\r", o_.out);
     std::fputs(line.c_str(), o_.out);

@@ -101,20 +101,29 @@ class eval_scope {
   autograd::no_grad no_grad_;
 };
 
-/// Adds to `correct` (a one-element tensor on the model's device) how many rows of `x` the
-/// model classifies as `y` says.
+/// One batch scored: the logits [B, classes] and the labels [B], both on the model's device.
+template <class D>
+struct scored_batch {
+  autograd::var<float, D> logits;
+  tensor<std::int64_t, D> labels;
+};
+
+/// Runs the model on a batch and adds to `correct` (a one-element tensor on the model's device)
+/// how many rows of `x` it classifies as `y` says; returns what it scored, for a loss.
 template <class Model, class Forward, class Dx, class Dy>
-void add_correct(Model& model, Forward& forward, const tensor<float, Dx>& x,
-                 const tensor<std::int64_t, Dy>& y,
-                 tensor<std::int64_t, typename Model::device_type>& correct) {
+scored_batch<typename Model::device_type> score_batch(Model& model, Forward& forward, const tensor<float, Dx>& x,
+                                                      const tensor<std::int64_t, Dy>& y,
+                                                      tensor<std::int64_t, typename Model::device_type>& correct) {
   using D = typename Model::device_type;
   check_labels(x, y);
   auto logits = forward(model, autograd::var<float, D>(x.template to<D>().contiguous()));  // [B, classes]
   TRAINKIT_CHECK(logits.dim() == 2 && logits.size(0) == x.size(0), shape_error, "train::accuracy",
                  "expected logits [" << x.size(0) << ", classes], got " << to_string(logits.sizes()));
-  const auto pred = argmax(logits.value(), 1);                                // [B] class indices
-  const auto hits = map(equal_one{}, pred, y.template to<D>().contiguous());  // [B] 1 where right
-  apply_(functors::add{}, correct, sum(hits));                                // stays on the device
+  auto labels = y.template to<D>().contiguous();
+  const auto pred = argmax(logits.value(), 1);                  // [B] class indices
+  const auto hits = map(equal_one{}, pred, labels);             // [B] 1 where right
+  apply_(functors::add{}, correct, sum(hits));                  // stays on the device
+  return {std::move(logits), std::move(labels)};
 }
 
 }  // namespace detail
@@ -133,7 +142,7 @@ eval_counts count_correct(Model& model, const tensor<float, Dx>& x, const tensor
   auto correct = tensor<std::int64_t, typename Model::device_type>::zeros({});
   for (index_t i = 0; i < x.size(0); i += batch) {
     const index_t end = i + batch < x.size(0) ? i + batch : x.size(0);
-    detail::add_correct(model, forward, x.slice(0, i, end), y.slice(0, i, end), correct);
+    detail::score_batch(model, forward, x.slice(0, i, end), y.slice(0, i, end), correct);
   }
   return {correct.item(), x.size(0)};  // the one read-back (waits for the device)
 }
@@ -146,7 +155,7 @@ eval_counts count_correct(Model& model, Batches&& batches, Forward forward = {})
   auto correct = tensor<std::int64_t, typename Model::device_type>::zeros({});
   std::int64_t total = 0;
   for (auto&& b : batches) {
-    detail::add_correct(model, forward, b.x, b.y, correct);
+    detail::score_batch(model, forward, b.x, b.y, correct);
     total += b.x.size(0);
   }
   return {correct.item(), total};
@@ -190,18 +199,12 @@ eval_result evaluate(Model& model, Batches&& batches, Loss loss, Forward forward
   auto loss_sum = tensor<float, D>::zeros({});
   std::int64_t total = 0;
   for (auto&& b : batches) {
-    detail::check_labels(b.x, b.y);
-    const auto x = b.x.template to<D>().contiguous();
-    const auto y = b.y.template to<D>().contiguous();
-    auto logits = forward(model, autograd::var<float, D>(x));  // [B, classes]
-    TRAINKIT_CHECK(logits.dim() == 2 && logits.size(0) == x.size(0), shape_error, "train::evaluate",
-                   "expected logits [" << x.size(0) << ", classes], got " << to_string(logits.sizes()));
-    apply_(functors::add{}, correct, sum(map(detail::equal_one{}, argmax(logits.value(), 1), y)));
-    const auto l = loss(logits, y).value();
+    const auto scored = detail::score_batch(model, forward, b.x, b.y, correct);
+    const auto l = loss(scored.logits, scored.labels).value();
     TRAINKIT_CHECK(l.numel() == 1, shape_error, "train::evaluate",
                    "the loss must be one number (a mean over the batch), got sizes " << to_string(l.sizes()));
-    apply_(detail::add_weighted{static_cast<float>(x.size(0))}, loss_sum, l.reshape({}));
-    total += x.size(0);
+    apply_(detail::add_weighted{static_cast<float>(b.x.size(0))}, loss_sum, l.reshape({}));
+    total += b.x.size(0);
   }
   eval_result r;
   r.correct = correct.item();
