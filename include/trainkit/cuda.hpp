@@ -22,7 +22,9 @@
 // and, beside their owners (CUDA code that is not a kernel family):
 //   amp/cuda.cuh       half/bfloat16 GEMMs and convolutions natively for amp::mixed<...>
 //   dist/compress.cuh  gradient-compression codecs on device buffers
-//   dist/nccl.cuh      dist::nccl, the NCCL communicator
+//   dist/quantized_allreduce.cuh   the compressed allreduce on device buffers, residuals on the device
+//   dist/nccl.cuh      dist::nccl, the NCCL communicator (when NCCL is there: trainkit::nccl)
+//   parallel/cuda.cuh  data_parallel<..., cuda>: buckets reduced on a side stream
 #pragma once
 
 #if !defined(__CUDACC__)
@@ -50,7 +52,11 @@
 #include "trainkit/backend/cuda/gather.cuh"
 #include "trainkit/amp/cuda.cuh"
 #include "trainkit/dist/compress.cuh"
+#include "trainkit/dist/quantized_allreduce.cuh"
+#if TRAINKIT_HAS_NCCL || (!defined(TRAINKIT_HAS_NCCL) && __has_include(<nccl.h>))
 #include "trainkit/dist/nccl.cuh"
+#endif
+#include "trainkit/parallel/cuda.cuh"
 
 namespace trainkit {
 /// The CUDA backend's user-facing utilities (streams, events, settings, checks) under a short name.

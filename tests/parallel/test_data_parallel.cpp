@@ -18,6 +18,7 @@
 #include "trainkit/dist/thread_group.hpp"
 
 #include "parallel/dp_checks.hpp"
+#include "parallel/dp_generic.hpp"
 
 namespace {
 
@@ -293,4 +294,23 @@ TEST_CASE("data_parallel: double parameters (lossless)", "[dist][ddp]") {
     grads[static_cast<std::size_t>(comm.rank())] = w.grad().to_vector();
   });
   for (const auto& g : grads) CHECK(g == std::vector<double>(4, 2.0));  // (1 + 2 + 3) / 3
+}
+
+TEST_CASE("data_parallel: gradients are views into the buckets (device-generic check, cpu)", "[dist][ddp]") {
+  const int steps = 4;
+  const index_t b = 3;
+  for (int world : {1, 2, 3}) {
+    INFO("world " << world);
+    const auto ref = generic_reference(world, steps, b);
+    std::vector<generic_result> got(static_cast<std::size_t>(world));
+    dist::thread_group::run(world, [&](dist::thread_group& comm) {
+      got[static_cast<std::size_t>(comm.rank())] =
+          generic_shard<trainkit::cpu>(comm, steps, b, {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40});
+    });
+    for (const auto& g : got) {
+      CHECK(g.problem == "");
+      require_close(g.params, ref);
+      CHECK(g.params == got[0].params);
+    }
+  }
 }

@@ -15,6 +15,7 @@
 #include <cstddef>      // std::size_t
 #include <cstdint>      // std::uint8_t, std::uint64_t
 #include <cstring>      // std::memcpy
+#include <memory>       // std::shared_ptr: an attached feedback_store
 #include <string>       // state keys
 #include <string_view>  // name
 #include <utility>      // std::pair
@@ -60,10 +61,31 @@ class wire_counter {
   std::atomic<std::uint64_t> calls_{0};
 };
 
+class error_feedback;
+
+/// Residuals kept somewhere else than host memory (a GPU's, by data_parallel<..., cuda>): while
+/// one is attached, error_feedback::state() and load_state() go through it, so snapshots hold the
+/// device residuals like host ones.
+class feedback_store {
+ public:
+  feedback_store() = default;
+  feedback_store(const feedback_store&) = delete;
+  feedback_store& operator=(const feedback_store&) = delete;
+  virtual ~feedback_store() = default;
+  /// The residuals as host tensors, keys as error_feedback::state() names them.
+  virtual compression_state state() const = 0;
+  /// Takes the residuals error_feedback::load_state() parsed (per bucket; empty = none).
+  virtual void load(const std::vector<std::vector<float>>& worker, const std::vector<std::vector<float>>& server) = 0;
+};
+
 /// Per-bucket residual buffers of error feedback. A residual is tied to the length it was made
 /// for: asking for bucket b with another length starts a fresh (zero) one.
 class error_feedback {
  public:
+  /// Routes state()/load_state() to `store` (null: back to the host buffers here).
+  void attach(std::shared_ptr<feedback_store> store) noexcept { store_ = std::move(store); }
+  const std::shared_ptr<feedback_store>& store() const noexcept { return store_; }
+
   /// The worker-side residual of bucket b (n elements, zero the first time).
   float* worker(std::size_t b, index_t n) { return get(worker_, b, n); }
   /// The server-side residual of bucket b (the n elements of the chunk this rank reduces).
@@ -72,13 +94,22 @@ class error_feedback {
   void clear() {
     worker_.clear();
     server_.clear();
+    if (store_) store_->load({}, {});
   }
 
   compression_state state() const {
+    if (store_) return store_->state();
     compression_state s;
     put(s, "worker.", worker_);
     put(s, "server.", server_);
     return s;
+  }
+  /// Appends the residuals v as 1-D tensors named prefix + bucket (what state() returns).
+  static void put(compression_state& s, const char* prefix, const std::vector<std::vector<float>>& v) {
+    for (std::size_t b = 0; b < v.size(); ++b)
+      if (!v[b].empty())
+        s.emplace_back(prefix + std::to_string(b),
+                       tensor<float>::from_vector(v[b], {static_cast<index_t>(v[b].size())}));
   }
   /// Restores what state() returned; a key that is neither "worker.<b>" nor "server.<b>" or a
   /// tensor that is not 1-D is a value_error naming it.
@@ -104,6 +135,10 @@ class error_feedback {
       if (dst->size() <= b) dst->resize(b + 1);
       (*dst)[b] = t.contiguous().to_vector();
     }
+    if (store_) {
+      store_->load(w, sv);
+      return;
+    }
     worker_ = std::move(w);
     server_ = std::move(sv);
   }
@@ -114,13 +149,8 @@ class error_feedback {
     if (static_cast<index_t>(v[b].size()) != n) v[b].assign(static_cast<std::size_t>(n), 0.0f);
     return v[b].data();
   }
-  static void put(compression_state& s, const char* prefix, const std::vector<std::vector<float>>& v) {
-    for (std::size_t b = 0; b < v.size(); ++b)
-      if (!v[b].empty())
-        s.emplace_back(prefix + std::to_string(b),
-                       tensor<float>::from_vector(v[b], {static_cast<index_t>(v[b].size())}));
-  }
   std::vector<std::vector<float>> worker_, server_;
+  std::shared_ptr<feedback_store> store_;
 };
 
 /// What every compression model holds: the residuals and the wire counter.

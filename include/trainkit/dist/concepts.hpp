@@ -48,6 +48,12 @@ concept communicator_for = dist_element<T> &&
 /// (see communicator_for) for every dist_element type, and `barrier()`.
 /// Models: thread_group (ranks are threads of one process), mpi (processes, any MPI launcher),
 /// nccl (CUDA devices; dist/nccl.cuh).
+/// Whether a communicator's collectives take device buffers (nccl; dist/nccl.cuh sets it) rather
+/// than host ones (thread_group, mpi): data_parallel on cuda then reduces on a side stream without
+/// any host wait instead of staging buckets through pinned host memory.
+template <class C>
+inline constexpr bool device_buffers = false;
+
 template <class C>
 concept communicator = requires(C& c, const C& cc) {
   { cc.rank() } -> std::convertible_to<int>;

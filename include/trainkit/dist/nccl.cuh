@@ -7,6 +7,7 @@
 
 #include <algorithm>  // std::clamp
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +20,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "trainkit/backend/cuda/error.cuh"
+#include "trainkit/backend/cuda/stream.cuh"  // the current stream collectives are ordered against
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/half.hpp"
@@ -30,6 +33,18 @@
 #include "trainkit/dist/nccl_fwd.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
+
+namespace trainkit::backend::gpu {
+/// NCCL statuses become runtime_failure like the CUDA ones (backend/cuda/error.cuh).
+inline void check(ncclResult_t r, std::string_view call, const std::string& context = {}) {
+  if (r == ncclSuccess) [[likely]]
+    return;
+  detail::throw_status(call, ncclGetErrorString(r), {}, context);
+}
+namespace detail {
+constexpr bool ok(ncclResult_t r) noexcept { return r == ncclSuccess; }  // TRAINKIT_CUDA_CHECK on NCCL calls
+}  // namespace detail
+}  // namespace trainkit::backend::gpu
 
 namespace trainkit::dist {
 
@@ -103,6 +118,9 @@ struct nccl_state {
   int size = 1;
   std::chrono::milliseconds timeout{60000};
   std::int32_t* barrier_word = nullptr;  // device memory the barrier's 1-element allreduce works on
+  cudaEvent_t order = nullptr;           // recorded on the caller's stream, waited on by `stream`
+  void* staging = nullptr;               // device copy of host buffers (staged collectives)
+  std::size_t staging_bytes = 0;
   std::atomic<bool> broken{false};
   std::mutex m;
   std::string broken_reason;
@@ -120,6 +138,8 @@ struct nccl_state {
         ncclCommDestroy(comm);
     }
     if (barrier_word != nullptr) cudaFree(barrier_word);
+    if (staging != nullptr) cudaFree(staging);
+    if (order != nullptr) cudaEventDestroy(order);
     if (own_stream && stream != nullptr) cudaStreamDestroy(stream);
   }
 
@@ -245,11 +265,14 @@ class nccl_work final : public work_state {
 
 }  // namespace detail
 
-/// A communicator over NCCL: rank r drives CUDA device `device`; collectives take device pointers and
-/// run on one CUDA stream (its own non-blocking stream, or one given), in issue order. work::wait()
-/// blocks the host until the collective's CUDA event has completed; code that only needs the result on
-/// the GPU can instead order its own stream after stream() (cudaStreamWaitEvent), and producers of a
-/// buffer on other streams must be ordered before the collective is issued.
+/// A communicator over NCCL: rank r drives CUDA device `device`; collectives run on one CUDA stream
+/// (its own non-blocking stream, or one given), in issue order, ordered against the caller's current
+/// stream (backend::gpu::current_stream()) both ways: a collective starts after the work that stream
+/// has enqueued so far (it waits on an event of it), and work enqueued there afterwards waits for the
+/// collective - so `loss.backward(); comm.allreduce(g, n, avg); opt.step();` needs no wait() and no
+/// host synchronisation. work::wait() blocks the host until the collective has completed (and is how
+/// a timeout or a peer's failure is noticed). Host buffers are accepted too, for small control
+/// messages: they are staged through device memory and the call returns complete.
 ///
 /// Set-up: rank 0 creates the NCCL unique id and broadcasts it over a bootstrap communicator (mpi, or
 /// thread_group for one process driving several GPUs); the NCCL communicator is created in NCCL's
@@ -312,9 +335,8 @@ class nccl {
   work allreduce(T* data, std::size_t n, reduce_op op) {
     const auto desc = detail::collective_desc::make<T>(detail::collective_kind::allreduce, n, op);
     if (n == 0) return {};
-    return launch(desc, "ncclAllReduce", [&] {
-      return ncclAllReduce(data, data, n, detail::nccl_datatype<T>(), detail::nccl_op(op), s_->comm,
-                           s_->stream);
+    return run(desc, "ncclAllReduce", data, n * sizeof(T), data, n * sizeof(T), [&](const void* in, void* out) {
+      return ncclAllReduce(in, out, n, detail::nccl_datatype<T>(), detail::nccl_op(op), s_->comm, s_->stream);
     });
   }
 
@@ -325,8 +347,8 @@ class nccl {
     const auto desc =
         detail::collective_desc::make<T>(detail::collective_kind::broadcast, n, reduce_op::sum, root);
     if (n == 0) return {};
-    return launch(desc, "ncclBroadcast", [&] {
-      return ncclBroadcast(data, data, n, detail::nccl_datatype<T>(), root, s_->comm, s_->stream);
+    return run(desc, "ncclBroadcast", data, n * sizeof(T), data, n * sizeof(T), [&](const void* in, void* out) {
+      return ncclBroadcast(in, out, n, detail::nccl_datatype<T>(), root, s_->comm, s_->stream);
     });
   }
 
@@ -334,8 +356,9 @@ class nccl {
   work allgather(const T* in, std::size_t n, T* out) {
     const auto desc = detail::collective_desc::make<T>(detail::collective_kind::allgather, n);
     if (n == 0) return {};
-    return launch(desc, "ncclAllGather", [&] {
-      return ncclAllGather(in, out, n, detail::nccl_datatype<T>(), s_->comm, s_->stream);
+    const std::size_t w = static_cast<std::size_t>(size());
+    return run(desc, "ncclAllGather", in, n * sizeof(T), out, w * n * sizeof(T), [&](const void* i, void* o) {
+      return ncclAllGather(i, o, n, detail::nccl_datatype<T>(), s_->comm, s_->stream);
     });
   }
 
@@ -344,23 +367,28 @@ class nccl {
     const auto desc =
         detail::collective_desc::make<T>(detail::collective_kind::reduce_scatter, n_per_rank, op);
     if (n_per_rank == 0) return {};
-    return launch(desc, "ncclReduceScatter", [&] {
-      return ncclReduceScatter(in, out, n_per_rank, detail::nccl_datatype<T>(), detail::nccl_op(op), s_->comm,
-                               s_->stream);
-    });
+    const std::size_t w = static_cast<std::size_t>(size());
+    return run(desc, "ncclReduceScatter", in, w * n_per_rank * sizeof(T), out, n_per_rank * sizeof(T),
+               [&](const void* i, void* o) {
+                 return ncclReduceScatter(i, o, n_per_rank, detail::nccl_datatype<T>(), detail::nccl_op(op),
+                                          s_->comm, s_->stream);
+               });
   }
 
   template <dist_element T>
   work alltoall(const T* in, T* out, std::size_t n_per_rank) {
     const auto desc = detail::collective_desc::make<T>(detail::collective_kind::alltoall, n_per_rank);
     if (n_per_rank == 0) return {};
-    return launch(desc, "ncclSend/ncclRecv (alltoall)", [&] {
+    const std::size_t bytes = static_cast<std::size_t>(size()) * n_per_rank * sizeof(T);
+    return run(desc, "ncclSend/ncclRecv (alltoall)", in, bytes, out, bytes, [&](const void* vi, void* vo) {
+      const T* i = static_cast<const T*>(vi);
+      T* o = static_cast<T*>(vo);
       ncclResult_t rc = ncclGroupStart();
       for (int peer = 0; peer < size() && rc == ncclSuccess; ++peer) {
         const std::size_t off = static_cast<std::size_t>(peer) * n_per_rank;
-        rc = ncclSend(in + off, n_per_rank, detail::nccl_datatype<T>(), peer, s_->comm, s_->stream);
+        rc = ncclSend(i + off, n_per_rank, detail::nccl_datatype<T>(), peer, s_->comm, s_->stream);
         if (rc == ncclSuccess)
-          rc = ncclRecv(out + off, n_per_rank, detail::nccl_datatype<T>(), peer, s_->comm, s_->stream);
+          rc = ncclRecv(o + off, n_per_rank, detail::nccl_datatype<T>(), peer, s_->comm, s_->stream);
       }
       const ncclResult_t end = ncclGroupEnd();  // always closes the group, even after an error
       return rc != ncclSuccess ? rc : end;
@@ -371,6 +399,16 @@ class nccl {
     return launch(detail::collective_desc{}, "ncclAllReduce (barrier)", [&] {
       return ncclAllReduce(s_->barrier_word, s_->barrier_word, 1, ncclInt32, ncclSum, s_->comm, s_->stream);
     });
+  }
+
+  /// Whether p is memory the device can use (device or managed); host buffers are staged.
+  static bool on_device(const void* p) {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+      (void)cudaGetLastError();  // older runtimes: an unregistered host pointer is an error
+      return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
   }
 
  private:
@@ -391,6 +429,7 @@ class nccl {
     }
     cuda_check(cudaMalloc(reinterpret_cast<void**>(&s_->barrier_word), sizeof(std::int32_t)), "cudaMalloc");
     cuda_check(cudaMemset(s_->barrier_word, 0, sizeof(std::int32_t)), "cudaMemset");
+    cuda_check(cudaEventCreateWithFlags(&s_->order, cudaEventDisableTiming), "cudaEventCreateWithFlags");
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // set-up and every call return at once; we poll, with the timeout
     const ncclResult_t rc = ncclCommInitRankConfig(&s_->comm, s_->size, id, s_->rank, &config);
@@ -403,18 +442,69 @@ class nccl {
     }
   }
 
+  // A collective on buffers in[0, in_bytes) and out[0, out_bytes) (the same for in-place ones).
+  // Device buffers: enqueued on stream() after the work the caller's current stream has enqueued
+  // so far, and the current stream waits for the collective in turn: no host wait. Host buffers
+  // (small control messages: model checks, found_inf): copied through a device buffer, and the call
+  // returns complete (it waits, within the timeout).
   template <class Call>
-  work launch(const detail::collective_desc& desc, std::string_view name, Call&& call) {
+  work run(const detail::collective_desc& desc, std::string_view name, const void* in, std::size_t in_bytes,
+           void* out, std::size_t out_bytes, Call&& call) {
+    const bool device_in = on_device(in), device_out = on_device(out);
+    if (device_in && device_out) return launch(desc, name, [&] { return call(in, out); });
+    TRAINKIT_CHECK(device_in == device_out, usage_error, "trainkit::dist::nccl",
+                   name << ": one buffer is in device memory and the other in host memory");
+    detail::cuda_device_guard guard(s_->device);
+    const bool in_place = in == out;
+    const std::size_t need = in_place ? out_bytes : in_bytes + out_bytes;
+    auto cuda_check = [&](cudaError_t e, const char* what) {
+      if (e == cudaSuccess) return;
+      const std::string reason = std::string(what) + " failed (staging a host buffer): " + cudaGetErrorString(e);
+      s_->abort(reason);
+      throw dist_error(detail::failure_message("nccl", desc, s_->rank, s_->size, s_->timeout, reason));
+    };
+    if (s_->staging_bytes < need) {
+      if (s_->staging != nullptr) cuda_check(cudaFree(s_->staging), "cudaFree");
+      s_->staging = nullptr;
+      s_->staging_bytes = 0;
+      cuda_check(cudaMalloc(&s_->staging, need), "cudaMalloc");
+      s_->staging_bytes = need;
+    }
+    auto* din = static_cast<std::uint8_t*>(s_->staging);
+    auto* dout = in_place ? din : din + in_bytes;
+    cuda_check(cudaMemcpyAsync(din, in, in_bytes, cudaMemcpyHostToDevice, s_->stream), "cudaMemcpyAsync");
+    work w = launch(desc, name, [&] { return call(din, dout); }, false);
+    cuda_check(cudaMemcpyAsync(out, dout, out_bytes, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
+    work done = launch(desc, name, [] { return ncclSuccess; }, false);  // an event after the copy back
+    done.wait();
+    w.wait();
+    return {};
+  }
+
+  template <class Call>
+  work launch(const detail::collective_desc& desc, std::string_view name, Call&& call, bool order = true) {
     detail::cuda_device_guard guard(s_->device);
     auto message = [&](std::string_view reason) {
       return detail::failure_message("nccl", desc, s_->rank, s_->size, s_->timeout, reason);
     };
     if (s_->broken) throw dist_error(message("the communicator failed earlier: " + s_->reason()));
+    const cudaStream_t caller = backend::gpu::current_stream();
+    order = order && caller != s_->stream;
+    if (order) {  // the collective starts after what the caller's stream has enqueued so far
+      cudaError_t e = cudaEventRecord(s_->order, caller);
+      if (e == cudaSuccess) e = cudaStreamWaitEvent(s_->stream, s_->order, 0);
+      if (e != cudaSuccess) {
+        const std::string reason = std::string("ordering after the current stream failed: ") + cudaGetErrorString(e);
+        s_->abort(reason);
+        throw dist_error(message(reason));
+      }
+    }
     const std::string failure = s_->settle(call(), name, std::chrono::steady_clock::now() + s_->timeout);
     if (!failure.empty()) throw dist_error(message(failure));
     cudaEvent_t event = nullptr;
     cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
     if (e == cudaSuccess) e = cudaEventRecord(event, s_->stream);
+    if (e == cudaSuccess && order) e = cudaStreamWaitEvent(caller, event, 0);  // ... and the caller's after it
     if (e != cudaSuccess) {
       if (event != nullptr) cudaEventDestroy(event);
       const std::string reason =
@@ -427,5 +517,8 @@ class nccl {
 
   std::shared_ptr<detail::nccl_state> s_;
 };
+
+template <>
+inline constexpr bool device_buffers<nccl> = true;
 
 }  // namespace trainkit::dist

@@ -7,10 +7,23 @@
 //   data_parallel<mpi, int8> ddp(comm, *model);   // checks + broadcasts rank 0's
 //   for (...) {
 //     optimizer.zero_grad();
-//     loss(model->forward(x), y).backward();  // hooks copy gradients into buckets; full buckets go
-//     ddp.finish();                           //   to the communication thread; finish() waits,
-//     optimizer.step();                       //   then .grad() holds the average over the ranks
+//     loss(model->forward(x), y).backward();  // hooks put gradients into buckets; full buckets
+//     ddp.finish();                           //   are reduced while backward goes on; finish()
+//     optimizer.step();                       //   waits, then .grad() holds the average
 //   }
+//
+// Gradients are views into their bucket's flat buffer (PyTorch's gradient_as_bucket_view): after
+// the first synced step every .grad() is a slice of a bucket, so the reduced values need no copy
+// back out. A gradient that is not a view when its hook fires (zero_grad(set_to_none) dropped it)
+// is copied into the bucket once and replaced by the view; with zero_grad(false) backward
+// accumulates straight into the buckets.
+//
+// Devices: on the cpu a communication thread reduces the full buckets. On cuda (include
+// <trainkit/cuda.hpp>; parallel/cuda.cuh) each bucket is reduced on a side stream that waits on
+// an event recorded after the bucket's last gradient: with a communicator on device buffers (nccl)
+// nothing waits on the host, and finish() only makes the current stream wait for the side stream;
+// with a host communicator (mpi, thread_group) the communication thread stages each bucket through
+// pinned host memory.
 //
 // Gradient accumulation: backward passes inside `auto g = ddp.no_sync();` only accumulate locally;
 // the next backward outside it reduces the sum.
@@ -55,7 +68,35 @@
 
 namespace trainkit::parallel {
 
+/// How data_parallel reduces a full bucket on a device: `device_reduction<D>::state<Core>` keeps
+/// what that needs (cuda: the side stream, events, staging) and is called by the shared logic:
+///   on_thread                 whether the communication thread runs reduce(), or launch() does all
+///   bucket_ready(core, b)     backward thread: bucket b's last gradient has been written
+///   launch(core, b)           backward thread, when !on_thread: start reducing bucket b
+///   reduce(core, b)           communication thread, when on_thread: reduce bucket b
+///   finish(core)              backward thread, after every bucket is reduced or launched
+/// cpu is defined here; cuda in parallel/cuda.cuh.
+template <class Device>
+struct device_reduction;
 
+namespace detail {
+template <class Device>
+concept device_reduction_defined = requires { sizeof(device_reduction<Device>); };
+}  // namespace detail
+
+/// cpu: the communication thread reduces each bucket in place.
+template <>
+struct device_reduction<cpu> {
+  template <class Core>
+  struct state {
+    static constexpr bool on_thread = true;
+    explicit state(Core&) {}
+    void bucket_ready(Core&, std::size_t) {}
+    void launch(Core&, std::size_t) {}
+    void reduce(Core& c, std::size_t b) { c.reduce_host(b, c.flat[b].data(), c.flat[b].numel()); }
+    void finish(Core&) {}
+  };
+};
 
 /// Settings of data_parallel.
 struct data_parallel_options {
@@ -91,11 +132,12 @@ struct data_parallel_stats {
 /// \tparam Comm a communicator (thread_group, mpi); it must outlive this object
 /// \tparam Compression a gradient_compression policy (none by default)
 /// \tparam T the parameters' element type (lossy compression needs float)
-/// \tparam Device cpu (CUDA reduces on a side stream; it comes with the CUDA backend)
+/// \tparam Device cpu, or cuda (include <trainkit/cuda.hpp>: parallel/cuda.cuh defines how)
 template <dist::communicator Comm, dist::gradient_compression Compression = dist::none, class T = float, class Device = cpu>
 class data_parallel {
-  static_assert(std::is_same_v<Device, cpu>,
-                "data_parallel: only the cpu device for now (CUDA DDP with streams comes with the CUDA backend)");
+  static_assert(detail::device_reduction_defined<Device>,
+                "data_parallel<..., cuda>: include <trainkit/cuda.hpp> (parallel/cuda.cuh) from a .cu file for the "
+                "CUDA reduction");
   static_assert(std::is_same_v<T, float> || !Compression::lossy,
                 "data_parallel: lossy gradient compression works on float parameters only");
 
@@ -191,6 +233,12 @@ class data_parallel {
   Compression& compression() noexcept { return core_->compression; }
   const Compression& compression() const noexcept { return core_->compression; }
   const dist::bucket_plan& buckets() const noexcept { return core_->layout; }
+  /// Bucket b's flat buffer: every gradient of the bucket is a view into it after a synced step.
+  const tensor_type& bucket_buffer(std::size_t b) const {
+    TRAINKIT_CHECK(b < core_->flat.size(), usage_error, "data_parallel::bucket_buffer",
+                   "bucket " << b << " of " << core_->flat.size());
+    return core_->flat[b];
+  }
   const data_parallel_options& options() const noexcept { return core_->opts; }
   int rank() const { return core_->comm.rank(); }
   int size() const { return core_->comm.size(); }
@@ -200,6 +248,8 @@ class data_parallel {
 
   // Everything the hooks and the communication thread share; hooks hold it weakly.
   struct core {
+    using value_type = T;
+    using compression_type = Compression;
     Comm& comm;
     named_parameters params;
     named_buffers buffers;
@@ -225,12 +275,18 @@ class data_parallel {
     data_parallel_stats stats;
     std::thread worker;
     dist::compress_workspace ws;  // used by the communication thread only
+    // The device's part (declared last: it is made from, and destroyed before, the rest).
+    using device_state = typename device_reduction<Device>::template state<core>;
+    std::unique_ptr<device_state> dev;
 
     core(Comm& c, named_parameters p, named_buffers b, data_parallel_options o, Compression comp)
         : comm(c), params(std::move(p)), buffers(std::move(b)), opts(o), compression(std::move(comp)) {}
     core(const core&) = delete;
     core& operator=(const core&) = delete;
-    ~core() { stop(); }  // also when the constructor of data_parallel failed half-way
+    ~core() {
+      stop();  // also when the constructor of data_parallel failed half-way
+      dev.reset();
+    }
 
     // ---- construction -----------------------------------------------------------------------
     static std::uint64_t entry_hash(std::string_view kind, const std::string& name, const shape& s, bool grad) {
@@ -318,7 +374,12 @@ class data_parallel {
     template <class Tensor>
     void broadcast_tensor(Tensor& t) {
       if (t.numel() == 0) return;
-      if (t.is_contiguous()) {
+      if constexpr (!std::is_same_v<Device, cpu> && !dist::device_buffers<Comm>) {
+        // A host communicator and device tensors: through a host copy.
+        auto h = t.template to<cpu>();
+        comm.broadcast(h.data(), static_cast<std::size_t>(h.numel()), 0).wait();
+        copy_(t, h.template to<Device>());
+      } else if (t.is_contiguous()) {
         comm.broadcast(t.data(), static_cast<std::size_t>(t.numel()), 0).wait();
       } else {
         auto c = t.contiguous();
@@ -350,10 +411,28 @@ class data_parallel {
         const auto& b = layout.buckets[layout.bucket_of[i]];
         const index_t off = b.offsets[layout.slot_of[i]];
         slot[i] = flat[layout.bucket_of[i]].slice(0, off, off + numels[i]).view(params[i].second.sizes());
+        // A gradient the parameter already holds becomes its view (the values move into the bucket).
+        auto& v = params[i].second;
+        if (v.grad().defined()) adopt(i, v.grad());
       }
       ready.assign(params.size(), false);
+      dev = std::make_unique<device_state>(*this);
       reset_step();
     }
+    // Parameter i's gradient becomes its bucket view, holding g (nothing to copy when g is the view).
+    bool is_view(std::size_t i, const tensor_type& g) const {
+      return g.defined() && g.data() == slot[i].data() && g.sizes() == slot[i].sizes() &&
+             g.strides() == slot[i].strides();
+    }
+    void adopt(std::size_t i, const tensor_type* g) {
+      if (g != nullptr && is_view(i, *g)) return;
+      if (g != nullptr && g->defined())
+        copy_(slot[i], *g);
+      else
+        zero_(slot[i]);
+      params[i].second.set_grad(slot[i]);
+    }
+    void adopt(std::size_t i, const tensor_type& g) { adopt(i, &g); }
     void reset_step() {
       std::fill(ready.begin(), ready.end(), false);
       pending.assign(layout.buckets.size(), 0);
@@ -365,7 +444,7 @@ class data_parallel {
 
     // ---- the communication thread -------------------------------------------------------------
     void start() {
-      worker = std::thread([this] { run(); });
+      if constexpr (device_state::on_thread) worker = std::thread([this] { run(); });
     }
     void stop() {
       {
@@ -403,12 +482,13 @@ class data_parallel {
       }
     }
 
-    void reduce(std::size_t b) {
+    void reduce(std::size_t b) { dev->reduce(*this, b); }
+    // The allreduce of bucket b's n values at `data`, host memory, on the communication thread.
+    void reduce_host(std::size_t b, T* data, index_t n) {
       if constexpr (std::is_same_v<T, float>) {
-        dist::compressed_allreduce(comm, compression, flat[b].data(), flat[b].numel(), b, dist::reduce_op::avg, &ws);
+        dist::compressed_allreduce(comm, compression, data, n, b, dist::reduce_op::avg, &ws);
       } else {  // double (lossless only): the communicator's own allreduce
-        const index_t n = flat[b].numel();
-        if (n > 0 && comm.size() > 1) comm.allreduce(flat[b].data(), static_cast<std::size_t>(n), dist::reduce_op::avg).wait();
+        if (n > 0 && comm.size() > 1) comm.allreduce(data, static_cast<std::size_t>(n), dist::reduce_op::avg).wait();
         compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, comm.size()) / 4 * sizeof(T));
       }
     }
@@ -427,19 +507,40 @@ class data_parallel {
       std::size_t first = next_launch;
       while (next_launch < pending.size() && pending[next_launch] == 0) ++next_launch;
       if (first == next_launch) return;
+      for (std::size_t b = first; b < next_launch; ++b) dev->bucket_ready(*this, b);
+      if constexpr (device_state::on_thread) {
+        {
+          std::lock_guard lk(mu);
+          for (std::size_t b = first; b < next_launch; ++b) queue.push_back(b);
+        }
+        cv.notify_all();
+      } else {
+        for (std::size_t b = first; b < next_launch; ++b) launch_direct(b);
+      }
+    }
+    // Reduction without the communication thread (cuda with nccl): launched from here, counted as done.
+    void launch_direct(std::size_t b) {
+      std::exception_ptr err;
       {
         std::lock_guard lk(mu);
-        for (std::size_t b = first; b < next_launch; ++b) queue.push_back(b);
+        if (failure) err = failure;
       }
-      cv.notify_all();
+      const auto t0 = clock::now();
+      if (!err) {
+        try {
+          dev->launch(*this, b);
+        } catch (...) {
+          err = std::current_exception();
+        }
+      }
+      std::lock_guard lk(mu);
+      if (err && !failure) failure = err;
+      stats.comm_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+      if (!err) ++stats.buckets_reduced;
+      ++completed;
     }
     void mark_ready(std::size_t i, const tensor_type* g) {
-      tensor_type& s = slot[i];
-      if (g && g->defined()) {
-        copy_(s, *g);
-      } else {
-        zero_(s);
-      }
+      adopt(i, g);
       ready[i] = true;
       --pending[layout.bucket_of[i]];
     }
@@ -479,19 +580,16 @@ class data_parallel {
         ++stats.steps;
         err = failure;
       }
-      if (err) {
-        reset_step();
-        std::rethrow_exception(err);
-      }
-      for (std::size_t i = 0; i < params.size(); ++i) {
-        auto& v = params[i].second;
-        if (!v.requires_grad()) continue;
-        if (v.grad().defined())
-          copy_(v.grad(), slot[i]);
-        else
-          v.set_grad(slot[i].clone());
+      if (!err) {
+        try {
+          dev->finish(*this);  // cuda: the current stream waits for the side stream
+        } catch (...) {
+          err = std::current_exception();
+        }
       }
       reset_step();
+      if (err) std::rethrow_exception(err);
+      // Every .grad() is its bucket view (mark_ready made it so): the averages are in place.
     }
   };
 

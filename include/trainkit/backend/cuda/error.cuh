@@ -1,4 +1,4 @@
-// trainkit/backend/cuda/error.cuh - every CUDA, cuBLAS(Lt), cuDNN and NCCL status becomes a
+// trainkit/backend/cuda/error.cuh - every CUDA, cuBLAS(Lt) and cuDNN status (NCCL's: dist/nccl.cuh) becomes a
 // trainkit::runtime_failure that names the call, the context it ran in (shapes, sizes) and the
 // library's own error string. CUDA code: include it from a .cu file (through <trainkit/cuda.hpp>).
 #pragma once
@@ -6,7 +6,6 @@
 #include <cublasLt.h>        // cublasStatus_t, cublasLtGetStatusName/String
 #include <cuda_runtime.h>    // cudaError_t, cudaGetErrorName/String
 #include <cudnn.h>           // cudnnStatus_t, cudnnGetErrorString, cudnnGetLastErrorString
-#include <nccl.h>            // ncclResult_t, ncclGetErrorString
 
 #include <sstream>
 #include <string>
@@ -53,11 +52,6 @@ inline void check(cudnnStatus_t s, std::string_view call, const std::string& con
   detail::throw_status(call, cudnnGetErrorString(s), last, context);
 }
 
-inline void check(ncclResult_t r, std::string_view call, const std::string& context = {}) {
-  if (r == ncclSuccess) [[likely]]
-    return;
-  detail::throw_status(call, ncclGetErrorString(r), {}, context);
-}
 
 /// After a kernel launch: a bad configuration (too many threads, too much shared memory) shows
 /// up here; faults inside the kernel surface at the next synchronising call.
@@ -87,5 +81,4 @@ namespace trainkit::backend::gpu::detail {
 constexpr bool ok(cudaError_t e) noexcept { return e == cudaSuccess; }
 constexpr bool ok(cublasStatus_t s) noexcept { return s == CUBLAS_STATUS_SUCCESS; }
 constexpr bool ok(cudnnStatus_t s) noexcept { return s == CUDNN_STATUS_SUCCESS; }
-constexpr bool ok(ncclResult_t r) noexcept { return r == ncclSuccess; }
 }  // namespace trainkit::backend::gpu::detail

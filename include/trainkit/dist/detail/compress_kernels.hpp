@@ -96,7 +96,13 @@ struct compress_int8_quantize_fn {
   float inv_scale;
   TRAINKIT_HD std::int8_t operator()(float x) const {
     constexpr float magic = 12582912.0f;  // 1.5 * 2^23
+#if defined(__CUDA_ARCH__)
+    // nvcc would contract x * inv_scale + magic into one FMA (one rounding instead of the host's
+    // two): the intrinsics round each step like the host does, so the bytes agree.
+    return static_cast<std::int8_t>(static_cast<int>(__fsub_rn(__fadd_rn(__fmul_rn(x, inv_scale), magic), magic)));
+#else
     return static_cast<std::int8_t>(static_cast<int>((x * inv_scale + magic) - magic));
+#endif
   }
 };
 struct compress_int8_dequantize_fn {

@@ -1,0 +1,238 @@
+// tests/cuda/test_ddp.cu - data_parallel on cuda: the device-generic check of
+// tests/parallel/dp_generic.hpp (gradients are bucket views, the ranks agree, the result matches
+// one process on the whole batch) through the three ways a GPU job reduces - nccl at world size 1,
+// and thread_group ranks sharing the GPU through pinned staging (host communicators) - and the
+// device quantized allreduce byte for byte against the host one.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/support.cuh"
+#include "parallel/dp_generic.hpp"
+
+namespace tk = trainkit;
+namespace dist = tk::dist;
+namespace parallel = tk::parallel;
+using tk::cpu;
+using tk::cuda;
+using tk::index_t;
+using namespace trainkit_test::dp;
+
+namespace ddp_test {
+
+// A test communicator on device buffers over thread_group: each collective copies the device
+// buffers to the host (after the current stream's work), runs thread_group's, and copies back.
+// Synchronous, so only for tests: it lets ranks that share one GPU (which NCCL refuses) drive the
+// device quantized allreduce.
+class staged_group {
+ public:
+  explicit staged_group(dist::thread_group& g) : g_(g) {}
+  int rank() const { return g_.rank(); }
+  int size() const { return g_.size(); }
+  dist::work barrier() { return g_.barrier(); }
+
+  template <class T>
+  dist::work allreduce(T* d, std::size_t n, dist::reduce_op op) {
+    auto h = down(d, n);
+    g_.allreduce(h.data(), n, op).wait();
+    up(h, d);
+    return {};
+  }
+  template <class T>
+  dist::work broadcast(T* d, std::size_t n, int root) {
+    auto h = down(d, n);
+    g_.broadcast(h.data(), n, root).wait();
+    up(h, d);
+    return {};
+  }
+  template <class T>
+  dist::work allgather(const T* in, std::size_t n, T* out) {
+    auto h = down(in, n);
+    std::vector<T> o(n * static_cast<std::size_t>(size()));
+    g_.allgather(h.data(), n, o.data()).wait();
+    up(o, out);
+    return {};
+  }
+  template <class T>
+  dist::work reduce_scatter(const T* in, T* out, std::size_t n, dist::reduce_op op) {
+    auto h = down(in, n * static_cast<std::size_t>(size()));
+    std::vector<T> o(n);
+    g_.reduce_scatter(h.data(), o.data(), n, op).wait();
+    up(o, out);
+    return {};
+  }
+  template <class T>
+  dist::work alltoall(const T* in, T* out, std::size_t n) {
+    auto h = down(in, n * static_cast<std::size_t>(size()));
+    std::vector<T> o(h.size());
+    g_.alltoall(h.data(), o.data(), n).wait();
+    up(o, out);
+    return {};
+  }
+
+ private:
+  template <class T>
+  static std::vector<T> down(const T* d, std::size_t n) {
+    std::vector<T> h(n);
+    tk::gpu::check(cudaStreamSynchronize(tk::gpu::current_stream()), "cudaStreamSynchronize");
+    tk::gpu::check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
+    return h;
+  }
+  template <class T>
+  static void up(const std::vector<T>& h, T* d) {
+    tk::gpu::check(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  dist::thread_group& g_;
+};
+
+}  // namespace ddp_test
+
+using ddp_test::staged_group;
+template <>
+inline constexpr bool trainkit::dist::device_buffers<staged_group> = true;
+
+namespace {
+
+void check_results(const std::vector<generic_result>& got, const param_values& ref) {
+  for (const auto& g : got) {
+    CHECK(g.problem == "");
+    CHECK(compare(g.params, ref) == "");
+    CHECK(g.params == got[0].params);  // the ranks agree bit for bit
+  }
+}
+
+}  // namespace
+
+TEST_CASE("data_parallel<cuda>: thread ranks sharing the GPU (pinned staging) match one process", "[cuda][ddp]") {
+  tk::gpu::settings().allow_tf32 = false;
+  const int steps = 4;
+  const index_t b = 3;
+  for (int world : {1, 2}) {
+    INFO("world " << world);
+    const auto ref = generic_reference(world, steps, b);
+    std::vector<generic_result> got(static_cast<std::size_t>(world));
+    dist::thread_group::run(world, [&](dist::thread_group& comm) {
+      tk::gpu::set_device(0);
+      got[static_cast<std::size_t>(comm.rank())] =
+          generic_shard<cuda>(comm, steps, b, {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40});
+    });
+    check_results(got, ref);
+  }
+}
+
+TEST_CASE("data_parallel<cuda>: on device buffers (side stream, no host wait) match one process", "[cuda][ddp]") {
+  tk::gpu::settings().allow_tf32 = false;
+  const int steps = 4;
+  const index_t b = 3;
+  SECTION("nccl, world size 1") {
+    const auto ref = generic_reference(1, steps, b);
+    std::vector<generic_result> got(1);
+    dist::thread_group::run(1, [&](dist::thread_group& boot) {
+      dist::nccl comm(boot, 0);
+      got[0] = generic_shard<cuda>(comm, steps, b, {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40});
+    });
+    check_results(got, ref);
+  }
+  SECTION("two thread ranks through a device-buffer communicator") {
+    const auto ref = generic_reference(2, steps, b);
+    std::vector<generic_result> got(2);
+    dist::thread_group::run(2, [&](dist::thread_group& tg) {
+      tk::gpu::set_device(0);
+      staged_group comm(tg);
+      got[static_cast<std::size_t>(tg.rank())] =
+          generic_shard<cuda>(comm, steps, b, {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40});
+    });
+    check_results(got, ref);
+  }
+}
+
+namespace {
+
+// The compressed allreduce of `in` (per rank) on the host and on the device, twice (the second
+// call uses the residuals of the first): the results and the residuals, bit for bit.
+template <class C>
+void compare_allreduce(int world, index_t n) {
+  std::vector<std::vector<float>> in(static_cast<std::size_t>(world));
+  std::mt19937 rng(42);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (auto& v : in) {
+    v.resize(static_cast<std::size_t>(n));
+    for (auto& x : v) x = nd(rng) * (rng() % 7 == 0 ? 100.0f : 1.0f);
+  }
+  std::vector<std::vector<float>> host(world), device(world);
+  std::vector<dist::compression_state> host_state(world), device_state(world);
+  dist::thread_group::run(world, [&](dist::thread_group& tg) {
+    const auto r = static_cast<std::size_t>(tg.rank());
+    C c;
+    std::vector<float> x = in[r];
+    for (int k = 0; k < 2; ++k) dist::compressed_allreduce(tg, c, x.data(), n, 0, dist::reduce_op::avg);
+    host[r] = x;
+    host_state[r] = c.state();
+  });
+  dist::thread_group::run(world, [&](dist::thread_group& tg) {
+    const auto r = static_cast<std::size_t>(tg.rank());
+    tk::gpu::set_device(0);
+    tk::gpu::stream s;
+    tk::gpu::stream_guard sg(s.get());
+    staged_group comm(tg);
+    C c;
+    auto fb = std::make_shared<dist::device_feedback>();
+    c.feedback().attach(fb);
+    dist::device_compress_workspace ws;
+    auto x = tk::tensor<float>::from_vector(in[r], {n}).template to<cuda>();
+    for (int k = 0; k < 2; ++k) dist::compressed_allreduce_device(comm, c, *fb, x.data(), n, 0, dist::reduce_op::avg, ws);
+    device[r] = x.template to<cpu>().to_vector();
+    device_state[r] = c.state();
+  });
+  for (int r = 0; r < world; ++r) {
+    INFO(C::name << ", world " << world << ", n " << n << ", rank " << r);
+    const auto& h = host[static_cast<std::size_t>(r)];
+    const auto& d = device[static_cast<std::size_t>(r)];
+    REQUIRE(h.size() == d.size());
+    CHECK(std::memcmp(h.data(), d.data(), h.size() * sizeof(float)) == 0);
+    const auto& hs = host_state[static_cast<std::size_t>(r)];
+    const auto& ds = device_state[static_cast<std::size_t>(r)];
+    REQUIRE(hs.size() == ds.size());
+    for (std::size_t i = 0; i < hs.size(); ++i) {
+      CHECK(hs[i].first == ds[i].first);
+      const auto a = hs[i].second.to_vector(), bb = ds[i].second.to_vector();
+      REQUIRE(a.size() == bb.size());
+      CHECK(std::memcmp(a.data(), bb.data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the device quantized allreduce sends and returns the host's bytes", "[cuda][ddp][compression]") {
+  for (int world : {2, 3}) {
+    for (index_t n : {index_t(1), index_t(1000), index_t(70000)}) {
+      compare_allreduce<dist::fp16>(world, n);
+      compare_allreduce<dist::bf16>(world, n);
+      compare_allreduce<dist::int8>(world, n);
+      compare_allreduce<dist::sign_1bit>(world, n);
+    }
+  }
+}
+
+TEST_CASE("data_parallel<cuda>: int8 residuals live on the device and round-trip through state()", "[cuda][ddp]") {
+  dist::thread_group::run(2, [&](dist::thread_group& tg) {
+    tk::gpu::set_device(0);
+    staged_group comm(tg);
+    generic_shard<cuda, dist::int8>(comm, 2, 3);
+  });
+  // Resumed policies: load_state before data_parallel moves them to the device and back.
+  dist::int8 c;
+  dist::compression_state s{{"worker.0", tk::tensor<float>::from_vector({1, 2, 3}, {3})}};
+  c.load_state(s);
+  auto fb = std::make_shared<dist::device_feedback>();
+  c.feedback().attach(fb);
+  c.load_state(s);
+  const auto back = c.state();
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].second.to_vector() == std::vector<float>{1, 2, 3});
+}
