@@ -53,6 +53,7 @@
 #include "trainkit/amp/cuda.cuh"
 #include "trainkit/dist/compress.cuh"
 #include "trainkit/dist/quantized_allreduce.cuh"
+#include "trainkit/dist/local_device.cuh"
 #if TRAINKIT_HAS_NCCL || (!defined(TRAINKIT_HAS_NCCL) && __has_include(<nccl.h>))
 #include "trainkit/dist/nccl.cuh"
 #endif

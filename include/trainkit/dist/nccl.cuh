@@ -30,6 +30,7 @@
 #include "trainkit/dist/detail/element.hpp"
 #include "trainkit/dist/detail/poll.hpp"
 #include "trainkit/dist/detail/timeout_env.hpp"
+#include "trainkit/dist/local_device.cuh"
 #include "trainkit/dist/nccl_fwd.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
@@ -310,6 +311,11 @@ class nccl {
                            << (local_error.empty() ? "rank 0 could not create the NCCL id" : local_error));
     init(id, device, stream);
   }
+
+  /// Collective over `bootstrap`, on the device of this process's local rank (OMPI_COMM_WORLD_LOCAL_RANK,
+  /// SLURM_LOCALID, LOCAL_RANK: dist::select_local_device(), which also makes it current).
+  template <communicator Bootstrap>
+  explicit nccl(Bootstrap& bootstrap, nccl_options opt = {}) : nccl(bootstrap, select_local_device(), opt) {}
 
   nccl(nccl&&) noexcept = default;
   nccl& operator=(nccl&&) noexcept = default;
