@@ -3,9 +3,14 @@
 // (fp32, TF32, fp16, bf16, fp64) and the basic autograd ops forward and backward.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cuda/support.cuh"
@@ -18,6 +23,66 @@ using tk::index_t;
 using tk::shape;
 using cuda_test::check_op;
 using cuda_test::random;
+
+namespace {
+
+/// Exact row sums of a [rows, n] float tensor (in double), and for each the rounding error a
+/// float sum may carry: a pairwise (tree) sum of n terms is within ceil(log2 n) * u * sum|x| of
+/// the exact one (u = 2^-24). The GPU's and the host's sums are trees with sequential stretches
+/// (per-thread folds, merges of splits) whose rounding errors are random, growing as the square
+/// root of the stretch; 4 times the tree bound covers them.
+struct float_sums {
+  std::vector<double> exact, tol;
+};
+
+float_sums exact_row_sums(const tk::tensor<float>& x) {
+  const index_t rows = x.size(0), n = x.size(1);
+  const auto v = x.to_vector();
+  const double u = std::ldexp(1.0, -24), depth = std::ceil(std::log2(double(n)));
+  float_sums r;
+  for (index_t i = 0; i < rows; ++i) {
+    double sum = 0, abs_sum = 0;
+    for (index_t j = 0; j < n; ++j) {
+      sum += double(v[std::size_t(i * n + j)]);
+      abs_sum += std::abs(double(v[std::size_t(i * n + j)]));
+    }
+    r.exact.push_back(sum);
+    r.tol.push_back(4 * depth * u * abs_sum);
+  }
+  return r;
+}
+
+/// Empty when every float sum in `got` is within its tolerance of the exact one.
+template <class D>
+std::string check_sums(const tk::tensor<float, D>& got, const float_sums& want) {
+  const auto v = cuda_test::host(got).to_vector();
+  std::ostringstream os;
+  if (v.size() != want.exact.size()) {
+    os << v.size() << " sums, expected " << want.exact.size();
+    return os.str();
+  }
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!(std::abs(double(v[i]) - want.exact[i]) <= want.tol[i]))
+      os << "sum " << i << ": " << double(v[i]) << ", exact " << want.exact[i] << ", tolerance " << want.tol[i] << "; ";
+  return os.str();
+}
+
+/// Largest distance in units in the last place between two half tensors (adjacent values: 1).
+template <class D1, class D2>
+int half_ulp_distance(const tk::tensor<tk::half, D1>& a, const tk::tensor<tk::half, D2>& b) {
+  const auto va = cuda_test::host(a).to_vector(), vb = cuda_test::host(b).to_vector();
+  REQUIRE(va.size() == vb.size());
+  // Sign-magnitude bits to a line on which adjacent halfs differ by 1 (+0 and -0 meet at 0).
+  auto line = [](tk::half h) {
+    const int bits = h.bits();
+    return bits & 0x8000 ? -(bits & 0x7fff) : bits;
+  };
+  int worst = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) worst = std::max(worst, std::abs(line(va[i]) - line(vb[i])));
+  return worst;
+}
+
+}  // namespace
 
 TEST_CASE("unary elementwise ops match the host", "[cuda][elementwise]") {
   std::mt19937 rng(1);
@@ -101,8 +166,10 @@ TEST_CASE("in-place ops, fill, copy into views and casts", "[cuda][elementwise]"
   REQUIRE(cuda_test::identical(tk::cast<double>(db), tk::cast<double>(big)));
   REQUIRE(cuda_test::identical(tk::cast<std::int32_t>(db), tk::cast<std::int32_t>(big)));
   REQUIRE(cuda_test::identical(tk::cast<float>(tk::cast<tk::half>(db)), tk::cast<float>(tk::cast<tk::half>(big))));
+  // exp in half: both round a float exp, which may differ by a float ulp, so the halfs may be
+  // one half ulp apart.
   const auto hh = tk::cast<tk::half>(random<float>({4097}, rng));
-  CUDA_TEST_REQUIRE_CLOSE(tk::cast<float>(tk::exp(hh.to<cuda>())), tk::cast<float>(tk::exp(hh)), 0, 0);
+  REQUIRE(half_ulp_distance(tk::exp(hh.to<cuda>()), tk::exp(hh)) <= 1);
 }
 
 TEST_CASE("reductions over every kind of dimension set match the host", "[cuda][reduce]") {
@@ -131,10 +198,19 @@ TEST_CASE("reductions over every kind of dimension set match the host", "[cuda][
   REQUIRE(std::isnan(double(tk::amax(tn.to<cuda>()).item())));
   REQUIRE(tk::argmax(tn.to<cuda>(), 0).item() == tk::argmax(tn, 0).item());
   // Long rows (split across blocks), int64 and half inputs, an empty reduced dim.
+  // Long sums: both backends against the exact sum, within the rounding of a float sum.
   const auto big = random<float>({3, 1 << 20}, rng);
-  CUDA_TEST_REQUIRE_CLOSE(tk::sum(big.to<cuda>(), {1}), tk::sum(big, {1}), 1e-4, 1e-3);
+  auto require_empty = [](const std::string& msg) {
+    INFO(msg);
+    REQUIRE(msg.empty());
+  };
+  const auto big_exact = exact_row_sums(big);
+  require_empty(check_sums(tk::sum(big.to<cuda>(), {1}), big_exact));
+  require_empty(check_sums(tk::sum(big, {1}), big_exact));
   const auto full = random<float>({(1 << 22) + 3}, rng);
-  CUDA_TEST_REQUIRE_CLOSE(tk::sum(full.to<cuda>()), tk::sum(full), 1e-4, 1e-2);
+  const auto full_exact = exact_row_sums(full.reshape({1, full.numel()}));
+  require_empty(check_sums(tk::sum(full.to<cuda>()).reshape({1}), full_exact));
+  require_empty(check_sums(tk::sum(full).reshape({1}), full_exact));
   REQUIRE(cuda_test::identical(tk::argmax(full.to<cuda>(), 0), tk::argmax(full, 0)));
   const auto ints = tk::tensor<std::int64_t>::from_vector({1, 2, 3, 4, 5, 6}, {2, 3});
   REQUIRE(cuda_test::identical(tk::sum(ints.to<cuda>(), {0}), tk::sum(ints, {0})));
@@ -143,6 +219,40 @@ TEST_CASE("reductions over every kind of dimension set match the host", "[cuda][
   const auto e = tk::tensor<float>::zeros({3, 0});
   CUDA_TEST_REQUIRE_CLOSE(tk::sum(e.to<cuda>(), {1}), tk::sum(e, {1}), 0, 0);
   CUDA_TEST_REQUIRE_CLOSE(tk::mean(e.to<cuda>(), {1}), tk::mean(e, {1}), 0, 0);
+}
+
+TEST_CASE("column reductions (reduced dims not innermost) over many rows match the host bit for bit",
+          "[cuda][reduce]") {
+  std::mt19937 rng(8);
+  // Small integers: every partial sum is exact in float, so any summation order gives the host's
+  // bits, and ties test that argmax keeps the first row.
+  auto ints = [&](const shape& s) {
+    std::uniform_int_distribution<int> u(-4, 4);
+    std::vector<float> v(static_cast<std::size_t>(tk::numel(s)));
+    for (auto& e : v) e = float(u(rng));
+    return tk::tensor<float>::from_vector(v, s);
+  };
+  // Few columns and many rows (split over blocks), a warp of columns or more, few rows.
+  for (shape xs : {shape{100000, 5}, shape{(1 << 20) + 7, 2}, shape{20000, 33}, shape{3000, 1000}, shape{7, 300000}}) {
+    INFO("x " << tk::to_string(xs));
+    const auto x = ints(xs);
+    const auto d = x.to<cuda>();
+    const auto sd = tk::sum(d, {0});
+    REQUIRE(cuda_test::identical(sd, tk::sum(x, {0})));
+    REQUIRE(cuda_test::identical(tk::sum(d, {0}), sd));  // run to run
+    REQUIRE(cuda_test::identical(tk::argmax(d, 0), tk::argmax(x, 0)));
+    REQUIRE(cuda_test::identical(tk::amin(d, {0}), tk::amin(x, {0})));
+    REQUIRE(cuda_test::identical(tk::sum(d.t(), {1}), tk::sum(x.t(), {1})));
+    CUDA_TEST_REQUIRE_CLOSE(tk::mean(d, {0}), tk::mean(x, {0}), 1e-6, 0);
+    const auto hx = tk::cast<tk::half>(x);
+    REQUIRE(cuda_test::identical(tk::sum(hx.to<cuda>(), {0}), tk::sum(hx, {0})));
+  }
+  // Two reduced dims that do not coalesce, the inner one strided: steps carry across it.
+  const auto x4 = ints({40, 6, 50, 3});
+  const auto d4 = x4.to<cuda>();
+  REQUIRE(cuda_test::identical(tk::sum(d4, {0, 2}), tk::sum(x4, {0, 2})));
+  REQUIRE(cuda_test::identical(tk::amax(d4, {0, 2}), tk::amax(x4, {0, 2})));
+  REQUIRE(cuda_test::identical(tk::argmax(d4, 2), tk::argmax(x4, 2)));
 }
 
 TEST_CASE("GEMM through cuBLASLt: fp32, TF32, fp16, bf16 and fp64 against the host", "[cuda][blas]") {

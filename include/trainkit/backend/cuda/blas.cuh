@@ -5,7 +5,8 @@
 // column-major C^T = op(B)^T op(A)^T, so every call swaps A and B and keeps the transposes.
 // Each (shape, strides, type, alignment) gets one plan - descriptors plus the heuristic's first
 // algorithm that fits the workspace - cached per thread and device; each stream gets its own
-// workspace (work on two streams must not share one).
+// workspace (work on two streams must not share one). A shape for which the heuristic has no
+// algorithm runs through cublasGemmEx; the first such shape is named on stderr, once per process.
 #pragma once
 
 #include <cublasLt.h>
@@ -16,8 +17,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <type_traits>
@@ -173,7 +176,7 @@ struct blas<cuda> {
     // Column-major view: C^T [n x m] = op(B)^T [n x k] op(A)^T [k x m].
     const g::gemm_key key{type, compute, trans_a, trans_b, m, n, k, lda, ldb, ldc, align};
     auto& slot = ctx.plans[key];
-    if (!slot) slot = make_plan(ctx, key);
+    if (!slot) slot = make_plan(ctx, key, dtype_name<T>().data());
     const g::gemm_plan& plan = *slot;
 
     const float alpha_f = float(alpha), beta_f = float(beta);
@@ -198,11 +201,11 @@ struct blas<cuda> {
 
  private:
   static std::unique_ptr<gpu::detail::gemm_plan> make_plan(gpu::detail::blas_context& ctx,
-                                                           const gpu::detail::gemm_key& key) {
+                                                           const gpu::detail::gemm_key& key, const char* type) {
     namespace g = gpu::detail;
     auto plan = std::make_unique<g::gemm_plan>();
     const cudaDataType_t scale = key.compute == CUBLAS_COMPUTE_64F ? CUDA_R_64F : CUDA_R_32F;
-    const std::string ctxs = g::gemm_context("", key.ta, key.tb, key.m, key.n, key.k, key.lda, key.ldb, key.ldc);
+    const std::string ctxs = g::gemm_context(type, key.ta, key.tb, key.m, key.n, key.k, key.lda, key.ldb, key.ldc);
     gpu::check(cublasLtMatmulDescCreate(&plan->desc, key.compute, scale), "cublasLtMatmulDescCreate", ctxs);
     // cuBLASLt's A is our B and its B our A (see the file comment).
     const cublasOperation_t op_a = key.tb ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = key.ta ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -217,23 +220,40 @@ struct blas<cuda> {
                "cublasLtMatrixLayoutCreate(B)", ctxs);
     gpu::check(cublasLtMatrixLayoutCreate(&plan->c, key.type, n, m, key.ldc), "cublasLtMatrixLayoutCreate(C)", ctxs);
 
-    cublasLtMatmulPreference_t pref = nullptr;
-    gpu::check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+    struct preference {
+      cublasLtMatmulPreference_t p = nullptr;
+      ~preference() {
+        if (p) cublasLtMatmulPreferenceDestroy(p);
+      }
+    } pref;
+    gpu::check(cublasLtMatmulPreferenceCreate(&pref.p), "cublasLtMatmulPreferenceCreate", ctxs);
     const std::uint64_t ws = ctx.workspace_size;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    gpu::check(cublasLtMatmulPreferenceSetAttribute(pref.p, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+               "cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", ctxs);
     const std::uint32_t align = std::uint32_t(key.align);
     for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+      gpu::check(cublasLtMatmulPreferenceSetAttribute(pref.p, attr, &align, sizeof align),
+                 "cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)", ctxs);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(ctx.lt, plan->desc, plan->a, plan->b, plan->c, plan->c,
-                                                            pref, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+                                                            pref.p, 1, &result, &found);
     if (s == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
       plan->algo = result.algo;
       plan->workspace = result.workspaceSize;
       plan->has_algo = true;
+    } else {
+      static std::once_flag said;
+      std::call_once(said, [&] {
+        const char* compute = key.compute == CUBLAS_COMPUTE_64F              ? "fp64"
+                              : key.compute == CUBLAS_COMPUTE_32F_FAST_TF32 ? "tf32"
+                                                                            : "fp32";
+        std::fprintf(stderr,
+                     "trainkit: cuBLASLt has no algorithm for %s, %s compute, operands aligned to %d bytes "
+                     "(heuristic: %s, %d found); cublasGemmEx runs it and any other such shape (said once)\n",
+                     ctxs.c_str(), compute, key.align, cublasLtGetStatusName(s), found);
+      });
     }
     return plan;
   }

@@ -5,7 +5,9 @@
 // training passes are cuDNN's (CUDNN_BATCHNORM_SPATIAL, same statistics: biased variance to
 // normalise, unbiased for the running estimate). Otherwise our kernels: per-channel statistics in
 // double, shifted by the channel's first value as on the host, folded in contiguous splits of the
-// channel by a grid of blocks and merged in split order; then one pass applies scale and shift.
+// channel by a grid of blocks (x: splits, y: channels, striding over any number of channels) and
+// merged in split order; then one pass applies scale and shift. An empty batch (n * s = 0) folds
+// nothing and reads no input: mean 0, variance 0 and zero gradients, as on the host.
 // Layer norm: a warp (short rows) or a block (long rows) per row. Every reduction has a fixed
 // order: results repeat.
 #pragma once
@@ -52,7 +54,7 @@ struct scratch {
 struct bn_shape {
   index_t n, c, s, m;  // m = n * s elements per channel
   index_t chunk;       // elements of a channel per split
-  int splits;
+  int splits;          // 0 for an empty batch (m = 0)
 };
 
 __device__ __forceinline__ index_t bn_offset(const bn_shape& b, index_t ch, index_t t) {
@@ -61,24 +63,27 @@ __device__ __forceinline__ index_t bn_offset(const bn_shape& b, index_t ch, inde
   return (q * b.c + ch) * b.s + j;
 }
 
-/// Partial sums of d = x - x[first of channel] and d^2 over one split of one channel.
+/// Partial sums of d = x - x[first of channel] and d^2 over one split of each of its channels.
+/// Launched only for a non-empty batch (b.m > 0).
 template <class T>
 __global__ void __launch_bounds__(block_threads) bn_stats_kernel(bn_shape b, const T* x, double* partial) {
   __shared__ double smem[2][block_threads / 32];
-  const index_t ch = blockIdx.y, split = blockIdx.x;
-  const double k = double(x[ch * b.s]);
+  const index_t split = blockIdx.x;
   const index_t t0 = split * b.chunk, t1 = t0 + b.chunk < b.m ? t0 + b.chunk : b.m;
-  double sum = 0, sq = 0;
-  for (index_t t = t0 + threadIdx.x; t < t1; t += block_threads) {
-    const double d = double(x[bn_offset(b, ch, t)]) - k;
-    sum += d;
-    sq += d * d;
-  }
-  sum = group_allreduce<block_threads>(sum, sum_op{}, smem[0]);
-  sq = group_allreduce<block_threads>(sq, sum_op{}, smem[1]);
-  if (threadIdx.x == 0) {
-    partial[2 * (split * b.c + ch)] = sum;
-    partial[2 * (split * b.c + ch) + 1] = sq;
+  for (index_t ch = blockIdx.y; ch < b.c; ch += gridDim.y) {
+    const double k = double(x[ch * b.s]);
+    double sum = 0, sq = 0;
+    for (index_t t = t0 + threadIdx.x; t < t1; t += block_threads) {
+      const double d = double(x[bn_offset(b, ch, t)]) - k;
+      sum += d;
+      sq += d * d;
+    }
+    sum = group_allreduce<block_threads>(sum, sum_op{}, smem[0]);
+    sq = group_allreduce<block_threads>(sq, sum_op{}, smem[1]);
+    if (threadIdx.x == 0) {
+      partial[2 * (split * b.c + ch)] = sum;
+      partial[2 * (split * b.c + ch) + 1] = sq;
+    }
   }
 }
 
@@ -128,6 +133,12 @@ __global__ void bn_eval_coef_kernel(index_t c, const T* weight, const T* bias, c
   coef[2 * ch + 1] = (bias ? double(bias[ch]) : 0.0) - mean * scale;
 }
 
+/// Channel of element i of an input viewed as [n, c, s]; 32-bit divisions when i, s and c fit.
+__device__ __forceinline__ index_t bn_channel(index_t i, index_t c, index_t s) {
+  (void)divmod(i, s);
+  return divmod(i, c);
+}
+
 /// y = x * coef[2 ch] + coef[2 ch + 1] over an input viewed as [n, c, s].
 template <class T>
 __global__ void __launch_bounds__(block_threads) bn_affine_kernel(index_t total, index_t c, index_t s, const T* x,
@@ -137,33 +148,35 @@ __global__ void __launch_bounds__(block_threads) bn_affine_kernel(index_t total,
 #pragma unroll
   for (int u = 0; u < 4; ++u, i += block_threads) {
     if (i >= total) return;
-    index_t q = i / s;
-    const index_t ch = q % c;
+    const index_t ch = bn_channel(i, c, s);
     y[i] = T(C(x[i]) * C(coef[2 * ch]) + C(coef[2 * ch + 1]));
   }
 }
 
 // ---- batch norm: backward --------------------------------------------------------------------
 
+/// Partial sums of g and g * (x - mean) over one split of each of its channels (b.m > 0).
 template <class T, class S>
 __global__ void __launch_bounds__(block_threads) bn_grad_stats_kernel(bn_shape b, const T* g, const T* x,
                                                                       const S* save_mean, double* partial) {
   __shared__ double smem[2][block_threads / 32];
-  const index_t ch = blockIdx.y, split = blockIdx.x;
-  const double mean = double(save_mean[ch]);
+  const index_t split = blockIdx.x;
   const index_t t0 = split * b.chunk, t1 = t0 + b.chunk < b.m ? t0 + b.chunk : b.m;
-  double sg = 0, sgx = 0;
-  for (index_t t = t0 + threadIdx.x; t < t1; t += block_threads) {
-    const index_t off = bn_offset(b, ch, t);
-    const double gv = double(g[off]);
-    sg += gv;
-    sgx += gv * (double(x[off]) - mean);
-  }
-  sg = group_allreduce<block_threads>(sg, sum_op{}, smem[0]);
-  sgx = group_allreduce<block_threads>(sgx, sum_op{}, smem[1]);
-  if (threadIdx.x == 0) {
-    partial[2 * (split * b.c + ch)] = sg;
-    partial[2 * (split * b.c + ch) + 1] = sgx;
+  for (index_t ch = blockIdx.y; ch < b.c; ch += gridDim.y) {
+    const double mean = double(save_mean[ch]);
+    double sg = 0, sgx = 0;
+    for (index_t t = t0 + threadIdx.x; t < t1; t += block_threads) {
+      const index_t off = bn_offset(b, ch, t);
+      const double gv = double(g[off]);
+      sg += gv;
+      sgx += gv * (double(x[off]) - mean);
+    }
+    sg = group_allreduce<block_threads>(sg, sum_op{}, smem[0]);
+    sgx = group_allreduce<block_threads>(sgx, sum_op{}, smem[1]);
+    if (threadIdx.x == 0) {
+      partial[2 * (split * b.c + ch)] = sg;
+      partial[2 * (split * b.c + ch) + 1] = sgx;
+    }
   }
 }
 
@@ -199,7 +212,7 @@ __global__ void __launch_bounds__(block_threads) bn_dx_kernel(index_t total, ind
 #pragma unroll
   for (int u = 0; u < 4; ++u, i += block_threads) {
     if (i >= total) return;
-    const index_t ch = (i / s) % c;
+    const index_t ch = bn_channel(i, c, s);
     dx[i] = T(C(coef[3 * ch]) * C(g[i]) + C(coef[3 * ch + 1]) * C(x[i]) + C(coef[3 * ch + 2]));
   }
 }
@@ -339,6 +352,20 @@ struct bn_descs {
 
 inline bool fits_int(index_t v) { return v >= 0 && v <= index_t(0x7fffffff); }
 
+/// The statistics passes' grid: x the splits, y the channels (the kernels stride over the rest).
+inline dim3 bn_grid(const bn_shape& b) {
+  return dim3(unsigned(b.splits), unsigned(std::min<index_t>(b.c, 65535)));
+}
+
+/// Splits of each channel for the statistics passes; none for an empty batch.
+inline bn_shape make_bn_shape(index_t n, index_t c, index_t s) {
+  bn_shape b{n, c, s, n * s, 0, 0};
+  if (b.m == 0) return b;
+  b.splits = splits_for(c, b.m, 4 * block_threads);
+  b.chunk = (b.m + b.splits - 1) / b.splits;
+  return b;
+}
+
 }  // namespace gpu::detail
 
 template <>
@@ -361,12 +388,12 @@ struct norm<cuda> {
                  "cudnnBatchNormalizationForwardTraining", context(n, c, s));
       return;
     }
-    d::bn_shape b{n, c, s, n * s, 0, 1};
-    b.splits = d::splits_for(c, b.m, 4 * d::block_threads);
-    b.chunk = (b.m + b.splits - 1) / b.splits;
+    const d::bn_shape b = d::make_bn_shape(n, c, s);
     d::scratch<double> partial(std::size_t(2 * b.splits * c)), coef(std::size_t(2 * c));
-    d::bn_stats_kernel<T><<<dim3(unsigned(b.splits), unsigned(c)), d::block_threads, 0, st>>>(b, x, partial.p);
-    gpu::check_launch("bn_stats_kernel", context(n, c, s));
+    if (b.splits > 0) {
+      d::bn_stats_kernel<T><<<d::bn_grid(b), d::block_threads, 0, st>>>(b, x, partial.p);
+      gpu::check_launch("bn_stats_kernel", context(n, c, s));
+    }
     d::bn_finish_kernel<T, S><<<d::grid_for(c, 128), 128, 0, st>>>(b, x, partial.p, weight, bias, eps, momentum,
                                                                    running_mean, running_var, save_mean, save_invstd,
                                                                    coef.p);
@@ -408,13 +435,12 @@ struct norm<cuda> {
                  "cudnnBatchNormalizationBackward", context(n, c, s));
       return;
     }
-    d::bn_shape b{n, c, s, n * s, 0, 1};
-    b.splits = d::splits_for(c, b.m, 4 * d::block_threads);
-    b.chunk = (b.m + b.splits - 1) / b.splits;
+    const d::bn_shape b = d::make_bn_shape(n, c, s);
     d::scratch<double> partial(std::size_t(2 * b.splits * c)), coef(std::size_t(3 * c));
-    d::bn_grad_stats_kernel<T, S><<<dim3(unsigned(b.splits), unsigned(c)), d::block_threads, 0, st>>>(
-        b, g, x, save_mean, partial.p);
-    gpu::check_launch("bn_grad_stats_kernel", context(n, c, s));
+    if (b.splits > 0) {
+      d::bn_grad_stats_kernel<T, S><<<d::bn_grid(b), d::block_threads, 0, st>>>(b, g, x, save_mean, partial.p);
+      gpu::check_launch("bn_grad_stats_kernel", context(n, c, s));
+    }
     d::bn_grad_finish_kernel<T, S><<<d::grid_for(c, 128), 128, 0, st>>>(b, partial.p, weight, save_mean, save_invstd,
                                                                         training, dweight, dbias, coef.p);
     gpu::check_launch("bn_grad_finish_kernel", context(n, c, s));

@@ -6,8 +6,10 @@
 //   row:    the innermost reduced dim is contiguous - a warp (short rows) or a block (long rows)
 //           folds each output, with 16-byte vector loads when the whole reduced space is one
 //           dense run; the group's partials meet in a shared-memory tree.
-//   column: otherwise - one thread per output walks its elements (adjacent threads read adjacent
-//           outputs, so the loads coalesce).
+//   column: otherwise - a block is BX adjacent outputs wide (adjacent threads read adjacent
+//           outputs, so the loads coalesce) and BY = block_threads / BX lanes deep; the lanes
+//           take every BY-th element of the block's k range and their partials meet in a
+//           shared-memory tree.
 // When there are too few outputs to fill the GPU, each output's k range is cut into contiguous
 // splits whose partials a third kernel merges in split order. Partials of one group interleave
 // in k, so merges of states that carry an index (argmax) are ordered by that index: ties and
@@ -122,38 +124,61 @@ __global__ void __launch_bounds__(block_threads) reduce_row_kernel(reduce_params
   if (lane == 0 && o < p.n_out) reduce_store(p, r, out, partial, o, out_off, smem[threadIdx.x]);
 }
 
+/// Input offset of reduced element k; `inner` gets its index along the innermost reduced dim.
+__device__ __forceinline__ index_t reduced_offset(const reduce_params& p, index_t k, index_t& inner) {
+  const int nd = p.red.dims;
+  index_t off = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    const index_t i = d > 0 ? divmod(k, p.red.sizes[d]) : k;
+    if (d == nd - 1) inner = i;
+    off += i * p.red.strides[0][d];
+  }
+  return off;
+}
+
+// BX: outputs per block, a power of two dividing block_threads (chosen on the host); a run-time
+// value like G of the row kernel.
 template <class R, class In, class Out, class A>
-__global__ void __launch_bounds__(block_threads) reduce_column_kernel(reduce_params p, R r, const In* in, Out* out,
-                                                                     A* partial) {
+__global__ void __launch_bounds__(block_threads) reduce_column_kernel(reduce_params p, int BX, R r, const In* in,
+                                                                     Out* out, A* partial) {
   using C = compute_t<In>;
-  const index_t o = index_t(blockIdx.x) * block_threads + threadIdx.x;
-  if (o >= p.n_out) return;
-  index_t offs[2];
-  p.kept.get(o, offs);
-  const In* base = in + offs[0];
-  const index_t k0 = index_t(blockIdx.y) * p.chunk;
-  const index_t k1 = k0 + p.chunk < p.n_red ? k0 + p.chunk : p.n_red;
+  __shared__ alignas(16) unsigned char smem_raw[block_threads * sizeof(A)];
+  A* smem = reinterpret_cast<A*>(smem_raw);
+  const int BY = block_threads / BX;
+  const int tx = int(threadIdx.x) % BX, ty = int(threadIdx.x) / BX;
+  const index_t o = index_t(blockIdx.x) * BX + tx;
   A a = r.init();
-  if (k0 < k1) {
-    // An odometer over the reduced dims: one decomposition, then carries.
-    const int nd = p.red.dims;
-    index_t idx[max_dims];
-    index_t rem = k0, off = 0;
-    for (int d = nd - 1; d >= 0; --d) {
-      idx[d] = d > 0 ? divmod(rem, p.red.sizes[d]) : rem;
-      off += idx[d] * p.red.strides[0][d];
-    }
-    for (index_t k = k0; k < k1; ++k) {
-      a = r.step(a, static_cast<C>(base[off]), k);
-      for (int d = nd - 1; d >= 0; --d) {
-        off += p.red.strides[0][d];
-        if (++idx[d] < p.red.sizes[d] || d == 0) break;
-        off -= idx[d] * p.red.strides[0][d];
-        idx[d] = 0;
+  index_t out_off = 0;
+  if (o < p.n_out) {
+    index_t offs[2];
+    p.kept.get(o, offs);
+    out_off = offs[1];
+    const In* base = in + offs[0];
+    const index_t k0 = index_t(blockIdx.y) * p.chunk;
+    const index_t k1 = k0 + p.chunk < p.n_red ? k0 + p.chunk : p.n_red;
+    index_t k = k0 + ty;
+    if (k < k1) {
+      // Steps of BY along the innermost reduced dim; a full decomposition only when one leaves it.
+      const index_t size = p.red.sizes[p.red.dims - 1], step = index_t(BY) * p.red.strides[0][p.red.dims - 1];
+      index_t inner = 0;
+      index_t off = reduced_offset(p, k, inner);
+      for (;;) {
+        a = r.step(a, static_cast<C>(base[off]), k);
+        k += BY;
+        if (k >= k1) break;
+        inner += BY;
+        off += step;
+        if (inner >= size) off = reduced_offset(p, k, inner);
       }
     }
   }
-  reduce_store(p, r, out, partial, o, offs[1], a);
+  smem[threadIdx.x] = a;
+  __syncthreads();
+  for (int s = BY / 2; s > 0; s >>= 1) {
+    if (ty < s) smem[threadIdx.x] = ordered_merge(r, smem[threadIdx.x], smem[threadIdx.x + s * BX]);
+    __syncthreads();
+  }
+  if (ty == 0 && o < p.n_out) reduce_store(p, r, out, partial, o, out_off, smem[threadIdx.x]);
 }
 
 template <class R, class Out, class A>
@@ -261,12 +286,20 @@ struct reduce<cuda> {
         gpu::check_launch("reduce_row_kernel", g::reduce_context(sizes));
       }, (n_out + groups - 1) / groups, r, out);
     } else {
-      const index_t base_blocks = (n_out + g::block_threads - 1) / g::block_threads;
+      // BX: a warp's width of outputs (fewer when there are fewer); BY: lanes over k, halved
+      // until each has 8 elements or more, the threads freed widening BX.
+      int bx = 1;
+      while (bx < 32 && bx < n_out) bx *= 2;
+      int by = g::block_threads / bx;
+      while (by > 1 && index_t(by) * 8 > n_red) by /= 2;
+      bx = g::block_threads / by;
+      const index_t base_blocks = (n_out + bx - 1) / bx;
       int splits = 1;
-      if (base_blocks < target_blocks && n_red > 64)
-        splits = int(std::clamp<index_t>(std::min((target_blocks + base_blocks - 1) / base_blocks, n_red / 32), 1, 65535));
+      if (base_blocks < target_blocks && n_red > index_t(by) * 64)
+        splits = int(std::clamp<index_t>(
+            std::min((target_blocks + base_blocks - 1) / base_blocks, n_red / (index_t(by) * 32)), 1, 65535));
       launch_split(p, splits, 1, [&](dim3 grid, A* partial) {
-        g::reduce_column_kernel<R, In, Out, A><<<grid, g::block_threads, 0, st>>>(p, r, in, out, partial);
+        g::reduce_column_kernel<R, In, Out, A><<<grid, g::block_threads, 0, st>>>(p, bx, r, in, out, partial);
         gpu::check_launch("reduce_column_kernel", g::reduce_context(sizes));
       }, base_blocks, r, out);
     }
