@@ -255,5 +255,7 @@ class TrainkitConan(ConanFile):
                     cuda.includedirs.append(os.path.join(extra, "include"))
                     cuda.libdirs.append(os.path.join(extra, "lib"))
             cuda.system_libs = ["cudart", "cublas", "cublasLt", "cudnn", "nccl"]
+            # The package's trainkit::cuda includes NCCL (CMake's own build splits it into trainkit::nccl).
+            cuda.defines = ["TRAINKIT_HAS_NCCL=1"]
             cuda.sharedlinkflags = self._rpath_flags(cuda.libdirs)
             cuda.exelinkflags = self._rpath_flags(cuda.libdirs)

@@ -3,8 +3,11 @@
 //   mlp_bf16_amp    4 x Linear(4096, 4096) with ReLU between, batch 1024, 4096 classes; fp32 master
 //                   weights, GEMMs in bfloat16 (amp::mixed_bf16 - torch.autocast(bfloat16))
 //   mlp_bf16        the same model held in bfloat16 (model.to(torch.bfloat16))
+//   mlp_fp32        the same model in strict fp32 (TF32 off): the baseline bf16 must beat 2x
 //   cnn_fp32        the Fashion-MNIST CNN of examples/fashion_mnist_cnn.cu, batch 128, strict fp32
 //   cnn_tf32        the same with TF32 convolutions and GEMMs (PyTorch's default for convolutions)
+//   cnn_fp32_ddp1   cnn_fp32 through data_parallel over NCCL at world size 1 (hooks, bucket views,
+//                   events, the side stream): what DDP costs over the plain step (target <= 1.03x)
 //
 //   build/benchmarks/bench_cuda_train_step [--steps 50] [--warmup 10] [--only name]
 //
@@ -130,6 +133,21 @@ int main(int argc, char** argv) try {
     });
     report("mlp_bf16", mlp_batch, ms);
   }
+  if (wanted("mlp_fp32")) {
+    tk::gpu::settings().allow_tf32 = false;
+    auto model = make_mlp<float>();
+    const auto x = random_input<float>({mlp_batch, 4096}, 7);
+    const auto y = random_labels(mlp_batch, 4096);
+    tk::optim::sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+    tk::allocator<cuda>::reset_peak();
+    const double ms = time_steps(warmup, steps, [&] {
+      auto loss = tk::autograd::cross_entropy((*model)(tk::var<float, cuda>(x)), y);
+      opt.zero_grad();
+      loss.backward();
+      opt.step();
+    });
+    report("mlp_fp32", mlp_batch, ms);
+  }
   for (bool tf32 : {false, true}) {
     const char* name = tf32 ? "cnn_tf32" : "cnn_fp32";
     if (!wanted(name)) continue;
@@ -147,6 +165,28 @@ int main(int argc, char** argv) try {
     });
     report(name, cnn_batch, ms);
   }
+#if TRAINKIT_HAS_NCCL
+  if (wanted("cnn_fp32_ddp1")) {
+    tk::gpu::settings().allow_tf32 = false;
+    tk::dist::thread_group::run(1, [&](tk::dist::thread_group& boot) {
+      tk::dist::nccl comm(boot, tk::gpu::current_device());
+      auto model = make_cnn();
+      tk::parallel::data_parallel<tk::dist::nccl, tk::dist::none, float, cuda> ddp(comm, *model);
+      const auto x = random_input<float>({cnn_batch, 1, 28, 28}, 7);
+      const auto y = random_labels(cnn_batch, 10);
+      tk::optim::sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+      tk::allocator<cuda>::reset_peak();
+      const double ms = time_steps(warmup, steps, [&] {
+        auto loss = tk::autograd::cross_entropy((*model)(tk::var<float, cuda>(x)), y);
+        opt.zero_grad();
+        loss.backward();
+        ddp.finish();
+        opt.step();
+      });
+      report("cnn_fp32_ddp1", cnn_batch, ms);
+    });
+  }
+#endif
   tk::gpu::settings().allow_tf32 = false;
   return 0;
 } catch (const std::exception& e) {

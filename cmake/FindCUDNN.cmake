@@ -1,10 +1,12 @@
 # FindCUDNN.cmake - cuDNN (CMake's FindCUDAToolkit does not cover it).
 #
-# Result: CUDNN_FOUND, CUDNN_VERSION, CUDNN_INCLUDE_DIR, CUDNN_LIBRARY and the imported target
-# CUDNN::cudnn. Hints, in this order: CUDNN_ROOT (CMake or environment variable), CUDNN_HOME, the
-# CUDA toolkit's directories, /usr/local/cuda, /usr. The Python wheel nvidia-cudnn-cu13 (what
-# PyTorch installs) works too: -DCUDNN_ROOT=<site-packages>/nvidia/cudnn. Its library is named
-# libcudnn.so.9 only (no development symlink), which is searched for as well.
+# Result: CUDNN_FOUND, CUDNN_VERSION, CUDNN_INCLUDE_DIR, CUDNN_LIBRARY, CUDNN_LIBRARY_DIR and the
+# imported target CUDNN::cudnn. Looked for, in this order: CUDNN_ROOT (CMake or environment
+# variable), CUDNN_HOME, the CUDA toolkit's directories, /usr/local/cuda, /usr, then the Python wheels
+# (what PyTorch installs): <site-packages>/nvidia/cudnn (nvidia-cudnn-cu12/-cu13) and the CUDA-13
+# layout <site-packages>/nvidia/cu13, {include,lib} each, in every site-packages directory python3
+# reports. A wheel's library is named libcudnn.so.9 only (no development symlink); the versioned
+# sonames are searched for as well.
 include(FindPackageHandleStandardArgs)
 
 set(_cudnn_hints)
@@ -27,10 +29,53 @@ if(CUDAToolkit_INCLUDE_DIRS)
 endif()
 list(APPEND _cudnn_hints /usr/local/cuda /usr)
 
+# The Python wheels' directories: <site-packages>/nvidia/{SUB,cu13,cu12} of every site-packages
+# directory python3 reports (Python3_EXECUTABLE or python3 on PATH; the user site too).
+# Computed once per configure and shared with the other Find module.
+if(NOT DEFINED _TRAINKIT_PY_SITE_DIRS)
+  set(_trainkit_py "${Python3_EXECUTABLE}")
+  if(NOT _trainkit_py)
+    find_program(_trainkit_py_prog NAMES python3 python)
+    mark_as_advanced(_trainkit_py_prog)
+    set(_trainkit_py "${_trainkit_py_prog}")
+  endif()
+  set(_TRAINKIT_PY_SITE_DIRS "")
+  if(_trainkit_py)
+    execute_process(
+      COMMAND "${_trainkit_py}" -c "import site, sys; d = list(getattr(site, 'getsitepackages', lambda: [])()); u = getattr(site, 'getusersitepackages', lambda: '')(); d += [u] if u else []; d += [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]; print(';'.join(dict.fromkeys(d)))"
+      OUTPUT_VARIABLE _TRAINKIT_PY_SITE_DIRS OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _trainkit_py_rc TIMEOUT 20)
+    if(NOT _trainkit_py_rc EQUAL 0)
+      set(_TRAINKIT_PY_SITE_DIRS "")
+    endif()
+  endif()
+  unset(_trainkit_py)
+  unset(_trainkit_py_rc)
+endif()
+set(_cudnn_wheel_roots)
+foreach(_d IN LISTS _TRAINKIT_PY_SITE_DIRS)
+  foreach(_sub IN ITEMS cudnn cu13 cu12)
+    if(IS_DIRECTORY "${_d}/nvidia/${_sub}")
+      list(APPEND _cudnn_wheel_roots "${_d}/nvidia/${_sub}")
+    endif()
+  endforeach()
+endforeach()
+
 find_path(CUDNN_INCLUDE_DIR NAMES cudnn_version.h cudnn.h
-  HINTS ${_cudnn_hints} PATH_SUFFIXES include include/x86_64-linux-gnu targets/x86_64-linux/include)
-find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 libcudnn.so.8
-  HINTS ${_cudnn_hints} PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu targets/x86_64-linux/lib)
+  HINTS ${_cudnn_hints} PATHS ${_cudnn_wheel_roots}
+  PATH_SUFFIXES include include/x86_64-linux-gnu targets/x86_64-linux/include)
+find_library(CUDNN_LIBRARY NAMES cudnn libcudnn.so.9 libcudnn.so.10 libcudnn.so.8
+  HINTS ${_cudnn_hints} PATHS ${_cudnn_wheel_roots}
+  PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu targets/x86_64-linux/lib)
+# Any other versioned soname (libcudnn.so.<N>) next to the header's wheel or root.
+if(NOT CUDNN_LIBRARY AND CUDNN_INCLUDE_DIR)
+  get_filename_component(_cudnn_root "${CUDNN_INCLUDE_DIR}" DIRECTORY)
+  file(GLOB _cudnn_sonames "${_cudnn_root}/lib/libcudnn.so.[0-9]*" "${_cudnn_root}/lib64/libcudnn.so.[0-9]*")
+  if(_cudnn_sonames)
+    list(SORT _cudnn_sonames)
+    list(GET _cudnn_sonames 0 _cudnn_first)
+    set(CUDNN_LIBRARY "${_cudnn_first}" CACHE FILEPATH "cuDNN library" FORCE)
+  endif()
+endif()
 
 set(CUDNN_VERSION "")
 if(CUDNN_INCLUDE_DIR)
@@ -52,6 +97,9 @@ find_package_handle_standard_args(CUDNN
   REQUIRED_VARS CUDNN_LIBRARY CUDNN_INCLUDE_DIR
   VERSION_VAR CUDNN_VERSION)
 
+if(CUDNN_FOUND)
+  get_filename_component(CUDNN_LIBRARY_DIR "${CUDNN_LIBRARY}" DIRECTORY)
+endif()
 if(CUDNN_FOUND AND NOT TARGET CUDNN::cudnn)
   add_library(CUDNN::cudnn UNKNOWN IMPORTED)
   set_target_properties(CUDNN::cudnn PROPERTIES

@@ -1,10 +1,12 @@
 # FindNCCL.cmake - NCCL (CMake's FindCUDAToolkit does not cover it).
 #
-# Result: NCCL_FOUND, NCCL_VERSION, NCCL_INCLUDE_DIR, NCCL_LIBRARY and the imported target
-# NCCL::nccl. Hints, in this order: NCCL_ROOT (CMake or environment variable), NCCL_HOME, the CUDA
-# toolkit's directories, /usr/local/cuda, /usr. The Python wheel nvidia-nccl-cu13 (what PyTorch
-# installs) works too: -DNCCL_ROOT=<site-packages>/nvidia/nccl; its library is named
-# libnccl.so.2 only, which is searched for as well.
+# Result: NCCL_FOUND, NCCL_VERSION, NCCL_INCLUDE_DIR, NCCL_LIBRARY, NCCL_LIBRARY_DIR and the
+# imported targets NCCL::nccl (library + headers) and NCCL::headers (nccl.h alone). Looked for, in
+# this order: NCCL_ROOT (CMake or environment variable), NCCL_HOME, the CUDA toolkit's directories,
+# /usr/local/cuda, /usr, then the Python wheels (what PyTorch installs): <site-packages>/nvidia/nccl
+# (nvidia-nccl-cu12/-cu13) and the CUDA-13 layout <site-packages>/nvidia/cu13, {include,lib} each,
+# in every site-packages directory python3 reports. A wheel's library is named libnccl.so.2 only
+# (no unversioned development symlink); that soname is searched for as well.
 include(FindPackageHandleStandardArgs)
 
 set(_nccl_hints)
@@ -27,10 +29,53 @@ if(CUDAToolkit_INCLUDE_DIRS)
 endif()
 list(APPEND _nccl_hints /usr/local/cuda /usr)
 
+# The Python wheels' directories: <site-packages>/nvidia/{SUB,cu13,cu12} of every site-packages
+# directory python3 reports (Python3_EXECUTABLE or python3 on PATH; the user site too).
+# Computed once per configure and shared with the other Find module.
+if(NOT DEFINED _TRAINKIT_PY_SITE_DIRS)
+  set(_trainkit_py "${Python3_EXECUTABLE}")
+  if(NOT _trainkit_py)
+    find_program(_trainkit_py_prog NAMES python3 python)
+    mark_as_advanced(_trainkit_py_prog)
+    set(_trainkit_py "${_trainkit_py_prog}")
+  endif()
+  set(_TRAINKIT_PY_SITE_DIRS "")
+  if(_trainkit_py)
+    execute_process(
+      COMMAND "${_trainkit_py}" -c "import site, sys; d = list(getattr(site, 'getsitepackages', lambda: [])()); u = getattr(site, 'getusersitepackages', lambda: '')(); d += [u] if u else []; d += [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]; print(';'.join(dict.fromkeys(d)))"
+      OUTPUT_VARIABLE _TRAINKIT_PY_SITE_DIRS OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _trainkit_py_rc TIMEOUT 20)
+    if(NOT _trainkit_py_rc EQUAL 0)
+      set(_TRAINKIT_PY_SITE_DIRS "")
+    endif()
+  endif()
+  unset(_trainkit_py)
+  unset(_trainkit_py_rc)
+endif()
+set(_nccl_wheel_roots)
+foreach(_d IN LISTS _TRAINKIT_PY_SITE_DIRS)
+  foreach(_sub IN ITEMS nccl cu13 cu12)
+    if(IS_DIRECTORY "${_d}/nvidia/${_sub}")
+      list(APPEND _nccl_wheel_roots "${_d}/nvidia/${_sub}")
+    endif()
+  endforeach()
+endforeach()
+
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h
-  HINTS ${_nccl_hints} PATH_SUFFIXES include include/x86_64-linux-gnu targets/x86_64-linux/include)
-find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
-  HINTS ${_nccl_hints} PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu targets/x86_64-linux/lib)
+  HINTS ${_nccl_hints} PATHS ${_nccl_wheel_roots}
+  PATH_SUFFIXES include include/x86_64-linux-gnu targets/x86_64-linux/include)
+find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2 libnccl.so.3
+  HINTS ${_nccl_hints} PATHS ${_nccl_wheel_roots}
+  PATH_SUFFIXES lib64 lib lib/x86_64-linux-gnu targets/x86_64-linux/lib)
+# Any other versioned soname (libnccl.so.<N>) next to the header's wheel or root.
+if(NOT NCCL_LIBRARY AND NCCL_INCLUDE_DIR)
+  get_filename_component(_nccl_root "${NCCL_INCLUDE_DIR}" DIRECTORY)
+  file(GLOB _nccl_sonames "${_nccl_root}/lib/libnccl.so.[0-9]*" "${_nccl_root}/lib64/libnccl.so.[0-9]*")
+  if(_nccl_sonames)
+    list(SORT _nccl_sonames)
+    list(GET _nccl_sonames 0 _nccl_first)
+    set(NCCL_LIBRARY "${_nccl_first}" CACHE FILEPATH "NCCL library" FORCE)
+  endif()
+endif()
 
 set(NCCL_VERSION "")
 if(NCCL_INCLUDE_DIR AND EXISTS "${NCCL_INCLUDE_DIR}/nccl.h")
@@ -48,10 +93,17 @@ find_package_handle_standard_args(NCCL
   REQUIRED_VARS NCCL_LIBRARY NCCL_INCLUDE_DIR
   VERSION_VAR NCCL_VERSION)
 
-if(NCCL_FOUND AND NOT TARGET NCCL::nccl)
-  add_library(NCCL::nccl UNKNOWN IMPORTED)
-  set_target_properties(NCCL::nccl PROPERTIES
-    IMPORTED_LOCATION "${NCCL_LIBRARY}"
-    INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+if(NCCL_FOUND)
+  get_filename_component(NCCL_LIBRARY_DIR "${NCCL_LIBRARY}" DIRECTORY)
+  if(NOT TARGET NCCL::headers)
+    add_library(NCCL::headers INTERFACE IMPORTED)
+    set_target_properties(NCCL::headers PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+  endif()
+  if(NOT TARGET NCCL::nccl)
+    add_library(NCCL::nccl UNKNOWN IMPORTED)
+    set_target_properties(NCCL::nccl PROPERTIES
+      IMPORTED_LOCATION "${NCCL_LIBRARY}"
+      INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+  endif()
 endif()
 mark_as_advanced(NCCL_INCLUDE_DIR NCCL_LIBRARY)

@@ -54,7 +54,7 @@
 #include "trainkit/dist/compress.cuh"
 #include "trainkit/dist/quantized_allreduce.cuh"
 #include "trainkit/dist/local_device.cuh"
-#if TRAINKIT_HAS_NCCL || (!defined(TRAINKIT_HAS_NCCL) && __has_include(<nccl.h>))
+#if defined(TRAINKIT_HAS_NCCL) && TRAINKIT_HAS_NCCL  // trainkit::nccl defines it
 #include "trainkit/dist/nccl.cuh"
 #endif
 #include "trainkit/parallel/cuda.cuh"

@@ -38,7 +38,7 @@ TEST_CASE("CUDA, cuBLAS, cuDNN and NCCL failures become runtime_failure naming t
     REQUIRE(m.find("[3, 4]") != std::string::npos);
   }
   REQUIRE_THROWS_WITH(tk::gpu::check(CUDNN_STATUS_BAD_PARAM, "cudnnSomething"), Catch::Contains("cudnnSomething"));
-#ifdef NCCL_MAJOR  // built with NCCL (dist/nccl.cuh)
+#if TRAINKIT_HAS_NCCL  // built with NCCL (trainkit::nccl)
   REQUIRE_THROWS_WITH(tk::gpu::check(ncclInvalidArgument, "ncclAllReduce"), Catch::Contains("ncclAllReduce"));
 #endif
 }

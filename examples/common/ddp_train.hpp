@@ -1,0 +1,193 @@
+// examples/common/ddp_train.hpp - the training job of fashion_mnist_ddp on either device: the CPU
+// build (fashion_mnist_ddp.cpp: MPI processes, the mpi communicator for the gradients) and the CUDA
+// build (fashion_mnist_ddp.cu: one process per GPU, NCCL for the gradients - or MPI through pinned
+// staging with --comm mpi). See fashion_mnist_ddp.cpp for what it does and prints.
+#pragma once
+
+#include <algorithm>
+#include <cmath>  // NAN: a step's loss that nobody watches is not read back from the GPU
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include <trainkit/trainkit.hpp>
+#include <trainkit/dist/mpi.hpp>
+
+#include "example.hpp"     // flags, stopwatch, digest, run_monitor
+#include "fashion_cnn.hpp"  // the model of fashion_mnist_cnn
+
+namespace example {
+
+namespace tk = trainkit;
+namespace dist = trainkit::dist;
+namespace parallel = trainkit::parallel;
+using tk::index_t;
+
+/// The whole job on Device: `comm` (MPI) carries the control messages (snapshot agreement, the
+/// epoch's loss and accuracy), `grads` the gradients (the same mpi object on the CPU; nccl on GPUs).
+/// Returns true when a signal stopped it (snapshot written).
+/// \tparam Memory the loader's batch memory (pageable_memory on the CPU, gpu::pinned_memory on CUDA)
+template <class Device, class Compression, class Memory, class Comm>
+bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
+  constexpr bool on_cpu = std::is_same_v<Device, tk::cpu>;
+  const int rank = comm.rank(), world = comm.size();
+  auto say = [&](const char* fmt, auto... args) {  // rank 0 speaks for all
+    if (rank != 0) return;
+    std::printf(fmt, args...);
+    std::fflush(stdout);
+  };
+
+  // The numeric flags, checked before any work: a bad value is an error naming the flag.
+  const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
+  const index_t epochs = f.num("epochs", 1), per_rank = f.num("batch", 1);
+  const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
+  const double lr = f.real("lr", 0);
+  const bool overlap = f.num("overlap", 0, 1) != 0, resume = f.num("resume", 0, 1) != 0;
+  const index_t snapshot_every = f.num("snapshot-every", 0);
+  const int port = static_cast<int>(f.num("metrics-port", 0, 65535 - world + 1));
+
+  // Data: every rank loads all of it (the files are small); the sampler below picks its shard.
+  tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
+  if (train_limit > 0) opts.limit = train_limit;
+  auto train_set = tk::data::load_mnist(f.str("data"), tk::data::split::train, opts);
+  opts.limit = test_limit > 0 ? std::optional<index_t>(test_limit) : std::nullopt;
+  auto test_set = tk::data::load_mnist(f.str("data"), tk::data::split::test, opts);
+
+  // Every rank builds the model; data_parallel checks that they match and broadcasts rank 0's
+  // parameters and BatchNorm statistics. Dropout masks differ per rank (seed + rank).
+  tk::manual_seed(seed);
+  auto model = example::fashion_cnn<Device>();
+  parallel::data_parallel<Comm, Compression, float, Device> ddp(grads, *model, {.overlap = overlap});
+  tk::manual_seed(seed * 1000 + static_cast<std::uint64_t>(rank));
+  say("%d rank(s) on %s, compression %s, %lld parameters in %zu gradient bucket(s); train %lld, test %lld images\n",
+      world, on_cpu ? "the CPU" : "GPUs", std::string(Compression::name).c_str(), (long long)model->num_parameters(), ddp.buckets().buckets.size(),
+      (long long)train_set.size(), (long long)test_set.size());
+
+  // Batches: every rank shuffles with the same seed and takes every world-th index from rank on
+  // (its shard); drop_last in the sampler (no padded repeats) and in the loader (full batches
+  // only) gives every rank the same number of equal steps, which data_parallel needs.
+  tk::data::distributed_sampler shard(train_set.size(), {.num_replicas = world, .rank = rank, .shuffle = true,
+                                                         .seed = seed,
+                                                         .drop_last = true});
+  // On a GPU the batches go to pinned host memory: each copy to the device is one asynchronous DMA.
+  tk::data::data_loader<tk::data::tensor_dataset, tk::data::distributed_sampler, Memory> batches(
+      train_set, shard, {.batch_size = per_rank, .num_workers = 1, .drop_last = true});
+  const index_t steps = epochs * batches.size();
+  tk::optim::sgd opt(model->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(100, steps / 10),
+                                        .total_steps = steps, .min_lr = 0.0});
+  schedule.apply(opt);
+
+  // This rank's slice of the test set; the correct counts are summed over the ranks.
+  const index_t t_lo = test_set.size() * rank / world, t_hi = test_set.size() * (rank + 1) / world;
+  const auto test_x = test_set.images.slice(0, t_lo, t_hi).contiguous().template to<Device>();
+  const auto test_y = test_set.labels.slice(0, t_lo, t_hi).contiguous().template to<Device>();
+
+  // Snapshots: rank 0 writes, every rank reads; a stop (signal on any rank) is agreed by all.
+  // Shared state once; what differs by rank (residuals, dropout stream) once per rank.
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every,
+                             .rank = rank, .any_rank = tk::io::any_rank_of(comm),
+                             .allgather_bytes = tk::io::allgather_bytes_of(comm)},
+                            /*include_default_generator=*/false);
+  run.track("model", *model).track("optimizer", opt).track("schedule", schedule).track("batches", batches);
+  run.track_per_rank("compression", ddp.compression()).track_per_rank("rng.default", tk::default_generator());
+  run.resume();
+  example::run_monitor monitor(
+      {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
+  if constexpr (!on_cpu)  // the caching allocator's allocated / reserved / peak bytes, device="cuda"
+    monitor.metrics().track_memory("cuda", [] { return tk::allocator<Device>::stats(); });
+  // Rank 0's progress stands for all (every rank takes the same steps); redrawn on a terminal only.
+  tk::monitor::progress_line bar({.mode = rank == 0 ? tk::monitor::progress_mode::automatic
+                                                    : tk::monitor::progress_mode::never});
+  // On a GPU, reading a step's loss waits for the step: only when someone watches (the epoch's
+  // loss is summed on the device and read once).
+  const bool watched = on_cpu || port > 0 || monitor.tensorboard();
+
+  for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
+    if (epoch != batches.epoch()) batches.set_epoch(epoch);
+    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
+    const auto before = ddp.stats();
+    example::stopwatch clock;
+    double sums[2] = {0, 0};  // loss * samples, samples (this rank)
+    auto loss_sum = tk::tensor<float, Device>::zeros({});
+    double waited = batches.wait_seconds();
+    for (auto& b : batches) {  // this rank's batch of its shard
+      example::stopwatch step_clock;
+      const auto step_before = ddp.stats();
+      auto loss = tk::autograd::cross_entropy((*model)(tk::var<float, Device>(b.x.template to<Device>())),
+                                              b.y.template to<Device>());
+      opt.zero_grad();
+      loss.backward();  // full buckets are reduced while backward goes on
+      ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
+      opt.step();
+      schedule.step(opt);
+      tk::add_(loss_sum, loss.value(), double(b.x.size(0)));
+      const double loss_value = watched ? double(loss.item()) : NAN;  // NaN: not read, not shown
+      sums[1] += double(b.x.size(0));
+      const auto step_after = ddp.stats();
+      const double data_wait = batches.wait_seconds() - waited;  // next()'s wait for this batch
+      waited = batches.wait_seconds();
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0), .loss = loss_value,
+                                 .learning_rate = opt.lr(),
+                                 .communication_seconds = step_after.comm_seconds - step_before.comm_seconds,
+                                 .bytes_sent = step_after.bytes_sent - step_before.bytes_sent,
+                                 .data_wait_seconds = data_wait});
+      bar.step(b.x.size(0) * world, loss_value);  // samples of all ranks
+      if (run.step_done()) return true;  // a rank was signalled: snapshot written, all stop
+    }
+    bar.end();  // the epoch's summary line takes its place
+    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);  // TensorBoard on rank 0
+    if (sums[1] == 0) continue;  // resumed at the very end of an epoch
+    sums[0] = double(loss_sum.item());  // waits for the epoch's work
+    const double secs = clock.seconds();
+    const auto after = ddp.stats();
+    comm.allreduce(sums, 2, dist::reduce_op::sum).wait();
+
+    // Evaluate with rank 0's BatchNorm statistics on every rank (each rank's drifted on its shard).
+    ddp.sync_buffers();
+    double correct = double(tk::train::count_correct(*model, test_x, test_y).correct);
+    comm.allreduce(&correct, 1, dist::reduce_op::sum).wait();
+
+    const double comm_s = after.comm_seconds - before.comm_seconds;
+    const double exposed_s = after.exposed_seconds - before.exposed_seconds;
+    const double mib = double(after.bytes_sent - before.bytes_sent) / (1 << 20);
+    say("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  comm %.1f%% (exposed %.1f%%)  "
+        "sent %.1f MiB/rank\n",
+        (long long)epoch + 1, sums[0] / sums[1], 100.0 * correct / double(test_set.size()), sums[1] / secs,
+        100.0 * comm_s / secs, 100.0 * exposed_s / secs, mib);
+    if (auto* tb = monitor.tensorboard()) {  // rank 0 only
+      tb->add_scalar("eval/test_accuracy", correct / double(test_set.size()), run.step());
+      tb->flush();
+    }
+  }
+  run.finish();
+  ddp.sync_buffers();
+  say("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
+  return false;
+}
+
+
+/// The flags of fashion_mnist_ddp (both builds).
+inline flags ddp_flags(int argc, char** argv) {
+  return flags(argc, argv,
+               {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "64"},
+                {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
+                {"compression", "none"}, {"overlap", "1"}, {"snapshot-dir", ""}, {"resume", "0"},
+                {"snapshot-every", "100"}, {"metrics-port", "0"}, {"tensorboard", ""}, {"comm", "nccl"}});
+}
+
+/// Runs train_ddp with the compression policy --compression names.
+template <class Device, class Memory, class Comm>
+bool train_ddp_with(dist::mpi& comm, Comm& grads, const flags& f) {
+  const std::string c = f.str("compression");
+  if (c == "none") return train_ddp<Device, dist::none, Memory>(comm, grads, f);
+  if (c == "fp16") return train_ddp<Device, dist::fp16, Memory>(comm, grads, f);
+  if (c == "bf16") return train_ddp<Device, dist::bf16, Memory>(comm, grads, f);
+  if (c == "int8") return train_ddp<Device, dist::int8, Memory>(comm, grads, f);
+  if (c == "sign_1bit" || c == "1bit") return train_ddp<Device, dist::sign_1bit, Memory>(comm, grads, f);
+  throw std::invalid_argument("--compression must be none, fp16, bf16, int8 or sign_1bit, got '" + c + "'");
+}
+
+}  // namespace example
