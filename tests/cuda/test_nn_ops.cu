@@ -1,8 +1,8 @@
 // tests/cuda/test_nn_ops.cu - the neural-network ops on the GPU against the host backend on the
 // same inputs, forward and backward: conv2d (cuDNN, every algorithm-selection mode), im2col,
-// pooling, batch norm (cuDNN and our kernels), layer norm, softmax and the losses, dropout (the
-// same Philox mask bit for bit), embedding; then the fused optimizers, the loss scaler, the
-// compression codecs, the amp ops and a small CNN end to end.
+// pooling, batch norm (cuDNN and our kernels, more than 65535 channels, empty batches), layer
+// norm, softmax and the losses, dropout (the same Philox mask bit for bit), embedding; then the
+// fused optimizers, the loss scaler, the compression codecs, the amp ops and a small CNN end to end.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -160,6 +160,77 @@ TEST_CASE("batch norm: cuDNN and our kernels match the host, train and eval", "[
   }
 }
 
+TEST_CASE("batch norm kernels: more channels than a grid's y dimension, and empty batches", "[cuda][norm]") {
+  std::mt19937 rng(15);
+  cuda_test::settings_guard keep;
+  tk::gpu::settings().cudnn_batch_norm = false;
+  for (shape xs : {shape{4, 70000}, shape{3, 66000, 2}}) {
+    INFO("x " << tk::to_string(xs));
+    const auto x = random<float>(xs, rng, -2, 3), w = random<float>({xs[1]}, rng), b = random<float>({xs[1]}, rng);
+    for (bool training : {true, false}) {
+      INFO("training " << training);
+      auto rm_h = random<float>({xs[1]}, rng), rv_h = random<float>({xs[1]}, rng, 0.5, 1.5);
+      auto rm_d = rm_h.to<cuda>(), rv_d = rv_h.to<cuda>();
+      auto f = [&](const auto& v) {
+        using V = std::decay_t<decltype(v[0])>;
+        if constexpr (std::is_same_v<typename V::tensor_type::device_type, cpu>)
+          return ag::batch_norm(v[0], v[1], v[2], rm_h, rv_h, training, 0.1, 1e-5);
+        else
+          return ag::batch_norm(v[0], v[1], v[2], rm_d, rv_d, training, 0.1, 1e-5);
+      };
+      check_op<float>(f, {x, w, b}, 2e-4, 2e-4);
+      CUDA_TEST_REQUIRE_CLOSE(rm_d, rm_h, 1e-5, 1e-6);
+      CUDA_TEST_REQUIRE_CLOSE(rv_d, rv_h, 1e-5, 1e-6);
+    }
+  }
+  // Eval on an empty batch: empty output, zero weight and bias gradients.
+  {
+    const index_t c = 4;
+    auto rm_h = random<float>({c}, rng), rv_h = random<float>({c}, rng, 0.5, 1.5);
+    auto rm_d = rm_h.to<cuda>(), rv_d = rv_h.to<cuda>();
+    auto f = [&](const auto& v) {
+      using V = std::decay_t<decltype(v[0])>;
+      if constexpr (std::is_same_v<typename V::tensor_type::device_type, cpu>)
+        return ag::batch_norm(v[0], v[1], v[2], rm_h, rv_h, false);
+      else
+        return ag::batch_norm(v[0], v[1], v[2], rm_d, rv_d, false);
+    };
+    check_op<float>(f, {random<float>({0, c, 3}, rng), random<float>({c}, rng), random<float>({c}, rng)}, 0, 0);
+  }
+  // Training on an empty batch through the backend (the autograd op refuses it): no input is
+  // read; the saved and running statistics and the zero gradients are the host's.
+  {
+    const index_t c = 70000, s = 3;
+    const auto w = random<float>({c}, rng), b = random<float>({c}, rng);
+    const auto wd = w.to<cuda>(), bd = b.to<cuda>();
+    auto rm_h = random<float>({c}, rng), rv_h = random<float>({c}, rng, 0.5, 1.5);
+    auto rm_d = rm_h.to<cuda>(), rv_d = rv_h.to<cuda>();
+    auto mean_h = tk::tensor<float>::empty({c}), inv_h = tk::tensor<float>::empty({c});
+    auto mean_d = tk::tensor<float, cuda>::empty({c}), inv_d = tk::tensor<float, cuda>::empty({c});
+    const float* none = nullptr;
+    tk::backend::norm<cpu>::batch_norm_train(none, 0, c, s, w.data(), b.data(), 1e-5, 0.1, rm_h.data(), rv_h.data(),
+                                             static_cast<float*>(nullptr), mean_h.data(), inv_h.data());
+    tk::backend::norm<cuda>::batch_norm_train(none, 0, c, s, wd.data(), bd.data(), 1e-5, 0.1, rm_d.data(),
+                                              rv_d.data(), static_cast<float*>(nullptr), mean_d.data(), inv_d.data());
+    CUDA_TEST_REQUIRE_CLOSE(mean_d, mean_h, 0, 0);
+    CUDA_TEST_REQUIRE_CLOSE(inv_d, inv_h, 1e-7, 0);
+    CUDA_TEST_REQUIRE_CLOSE(rm_d, rm_h, 1e-7, 0);
+    CUDA_TEST_REQUIRE_CLOSE(rv_d, rv_h, 0, 0);  // NaN: no unbiased variance of nothing
+    auto dw_h = tk::tensor<float>::empty({c}), db_h = tk::tensor<float>::empty({c});
+    auto dw_d = tk::tensor<float, cuda>::empty({c}), db_d = tk::tensor<float, cuda>::empty({c});
+    tk::fill_(dw_d, 7.0f);
+    tk::fill_(db_d, 7.0f);
+    tk::backend::norm<cpu>::batch_norm_backward(none, none, 0, c, s, w.data(), mean_h.data(), inv_h.data(), true,
+                                                static_cast<float*>(nullptr), dw_h.data(), db_h.data());
+    tk::backend::norm<cuda>::batch_norm_backward(none, none, 0, c, s, wd.data(), mean_d.data(), inv_d.data(), true,
+                                                 static_cast<float*>(nullptr), dw_d.data(), db_d.data());
+    CUDA_TEST_REQUIRE_CLOSE(dw_d, tk::tensor<float>::zeros({c}), 0, 0);
+    CUDA_TEST_REQUIRE_CLOSE(db_d, tk::tensor<float>::zeros({c}), 0, 0);
+    CUDA_TEST_REQUIRE_CLOSE(dw_h, tk::tensor<float>::zeros({c}), 0, 0);
+    CUDA_TEST_REQUIRE_CLOSE(db_h, tk::tensor<float>::zeros({c}), 0, 0);
+  }
+}
+
 TEST_CASE("layer norm forward and backward match the host", "[cuda][norm]") {
   std::mt19937 rng(6);
   for (shape xs : {shape{6, 10}, shape{3, 4, 1500}}) {
@@ -206,10 +277,12 @@ TEST_CASE("softmax, log_softmax and the losses match the host", "[cuda][softmax]
   check_op<float>(nll, {logits}, 1e-5, 1e-6);
   const auto y = random<float>({16, 10}, rng);
   check_op<float>([](const auto& v) { return ag::mse_loss(v[0], v[1]); }, {logits, y}, 1e-5, 1e-6);
-  // Out-of-range targets are caught before any kernel runs.
+  // Out-of-range targets are checked by the kernel and raised at the next read on the host.
   auto bad = target.clone();
   bad.at({0}) = 10;
-  REQUIRE_THROWS_AS(ag::cross_entropy(tk::var<float, cuda>(logits.to<cuda>()), bad.to<cuda>()), tk::value_error);
+  REQUIRE_THROWS_AS(ag::cross_entropy(tk::var<float, cuda>(logits.to<cuda>()), bad.to<cuda>()).item(),
+                    tk::value_error);
+  REQUIRE_NOTHROW(tk::gpu::check_device_errors());  // reported once
 }
 
 TEST_CASE("dropout draws the host's Philox mask bit for bit", "[cuda][dropout]") {
@@ -255,7 +328,17 @@ TEST_CASE("embedding forward and backward (atomic and deterministic) match the h
   }
   auto bad = idx.clone();
   bad.at({0, 0}) = 12;
-  REQUIRE_THROWS_AS(ag::embedding(bad.to<cuda>(), tk::var<float, cuda>(w.to<cuda>())), tk::index_error);
+  const auto bad_d = bad.to<cuda>();
+  const tk::var<float, cuda> w_d(w.to<cuda>());
+  REQUIRE_THROWS_WITH(ag::embedding(bad_d, w_d).value().to_vector(),
+                      Catch::Contains("embedding") && Catch::Contains("index 12 at position [0, 0]") &&
+                          Catch::Contains("num_embeddings = 12"));
+  auto embed_and_check = [&] {
+    const auto e = ag::embedding(bad_d, w_d);
+    tk::gpu::check_device_errors();
+  };
+  REQUIRE_THROWS_AS(embed_and_check(), tk::index_error);
+  REQUIRE_NOTHROW(tk::gpu::check_device_errors());
 }
 
 namespace {

@@ -15,6 +15,7 @@
 #include <cmath>       // std::isfinite
 #include <cstdint>     // std::int64_t
 #include <functional>  // std::function: the cross-rank found-inf reduction
+#include <iterator>    // std::begin
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "trainkit/autograd/grad_mode.hpp"
 #include "trainkit/autograd/ops/arithmetic.hpp"
 #include "trainkit/autograd/var.hpp"
+#include "trainkit/backend/multi_tensor.hpp"
 #include "trainkit/config.hpp"
 #include "trainkit/ops/elementwise.hpp"
 #include "trainkit/core/error.hpp"
@@ -56,6 +58,47 @@ bool has_nonfinite(const tensor<T, D>& g) {
   const auto r = trainkit::detail::reduce_impl<float>(
       g, trainkit::detail::reduce_mask({}, g.dim(), "found_inf"), false, any_nonfinite{}, "found_inf");
   return r.item() != 0.0f;
+}
+
+/// Unscales the gradients of params (all of one device) in one multi-tensor pass with one
+/// device found-inf flag, read once (backend::multi_tensor<D>, e.g. CUDA's
+/// _amp_foreach_non_finite_check_and_unscale_). Returns whether a gradient held an inf/NaN.
+/// Only for a device with a fused model and dense gradients (unscale_impl checks).
+template <class Params>
+bool fused_unscale(const Params& params, float inv) {
+  using V = std::decay_t<decltype(*std::begin(params))>;
+  using T = typename V::tensor_type::value_type;
+  using D = typename V::tensor_type::device_type;
+  if constexpr (backend::multi_tensor<D>::fused) {
+    std::vector<T*> data;
+    std::vector<index_t> numel;
+    for (const auto& p : params) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      auto g = p.grad();
+      data.push_back(g.data());
+      numel.push_back(g.numel());
+    }
+    auto found = tensor<float, D>::zeros({});
+    backend::multi_tensor<D>::unscale(data.data(), numel.data(), data.size(), inv, found.data());
+    return found.item() != 0.0f;  // the one read of the step's decision
+  } else {
+    (void)params, (void)inv;
+    return false;
+  }
+}
+
+/// Whether fused_unscale can take params: a fused device model and dense gradients.
+template <class Params>
+bool can_fuse_unscale(const Params& params) {
+  using V = std::decay_t<decltype(*std::begin(params))>;
+  if constexpr (!backend::multi_tensor<typename V::tensor_type::device_type>::fused) {
+    (void)params;
+    return false;
+  } else {
+    for (const auto& p : params)
+      if (p.defined() && p.grad().defined() && !p.grad().is_contiguous()) return false;
+    return true;
+  }
 }
 
 /// The parameter list of what a scaler unscales: o.params() for an optimizer, o itself for a
@@ -146,15 +189,21 @@ class scaler_core {
     }
     autograd::no_grad guard;
     const auto& params = params_of(o);
-    bool found = false;
-    for (const auto& p : params)
-      if (p.defined() && p.grad().defined()) found = found || has_nonfinite(p.grad());
-    if (reducer_) found = reducer_(found);
     const float inv = static_cast<float>(1.0 / scale);
-    for (const auto& p : params) {
-      if (!p.defined() || !p.grad().defined()) continue;
-      auto g = p.grad();
-      mul_(g, static_cast<double>(inv));
+    bool found = false;
+    if (can_fuse_unscale(params)) {
+      // One pass over all gradients, one flag on the device, one read (CUDA).
+      found = fused_unscale(params, inv);
+      if (reducer_) found = reducer_(found);
+    } else {
+      for (const auto& p : params)
+        if (p.defined() && p.grad().defined()) found = found || has_nonfinite(p.grad());
+      if (reducer_) found = reducer_(found);
+      for (const auto& p : params) {
+        if (!p.defined() || !p.grad().defined()) continue;
+        auto g = p.grad();
+        mul_(g, static_cast<double>(inv));
+      }
     }
     entries_.push_back({key, stage::unscaled, found});
     return found;

@@ -9,6 +9,7 @@
 
 #include "trainkit/autograd/grad_mode.hpp"  // no_grad
 #include "trainkit/autograd/var.hpp"
+#include "trainkit/backend/multi_tensor.hpp"  // the fused norm and scaling of a device
 #include "trainkit/core/dtype.hpp"        // accumulate_t
 #include "trainkit/ops/elementwise.hpp"  // abs, square, pow, cast, mul_, apply_
 #include "trainkit/core/error.hpp"
@@ -34,6 +35,47 @@ double grad_norm(const tensor<T, D>& g, double norm_type) {
   return std::pow(static_cast<double>(sum(trainkit::pow(trainkit::abs(a), norm_type)).item()),
                   1.0 / norm_type);
 }
+
+/// Whether the 2-norm clipping of params can run as multi-tensor passes on their device (a fused
+/// backend::multi_tensor model and dense gradients).
+template <class T, class D>
+bool can_fuse_clip(const std::vector<autograd::var<T, D>>& params, double norm_type) {
+  if constexpr (!backend::multi_tensor<D>::fused) {
+    (void)params, (void)norm_type;
+    return false;
+  } else {
+    if (norm_type != 2.0) return false;
+    for (const auto& p : params)
+      if (p.defined() && p.grad().defined() && !p.grad().is_contiguous()) return false;
+    return true;
+  }
+}
+
+/// The fused 2-norm clipping: one pass for the norm into a device value, one scaling pass whose
+/// coefficient min(1, max_norm / (norm + 1e-6)) is computed on the device. No host read.
+template <class T, class D>
+tensor<backend::multi_tensor_acc_t<T>, D> fused_clip(const std::vector<autograd::var<T, D>>& params,
+                                                     double max_norm) {
+  using A = backend::multi_tensor_acc_t<T>;
+  auto norm = tensor<A, D>::zeros({});
+  if constexpr (backend::multi_tensor<D>::fused) {
+    std::vector<T*> data;
+    std::vector<index_t> numel;
+    for (const auto& p : params) {
+      if (!p.defined() || !p.grad().defined()) continue;
+      auto g = p.grad();
+      data.push_back(g.data());
+      numel.push_back(g.numel());
+    }
+    if (data.empty()) return norm;
+    std::vector<const T*> cdata(data.begin(), data.end());
+    backend::multi_tensor<D>::norm2(cdata.data(), numel.data(), cdata.size(), norm.data());
+    backend::multi_tensor<D>::clip(data.data(), numel.data(), data.size(), norm.data(), max_norm);
+  } else {
+    (void)params, (void)max_norm;
+  }
+  return norm;
+}
 }  // namespace detail
 
 /// Scales the gradients of params in place so that their total norm is at most max_norm, and
@@ -49,6 +91,8 @@ double clip_grad_norm_(const std::vector<autograd::var<T, D>>& params, double ma
                  "norm_type must be > 0 or inf_norm, got " << norm_type);
   TRAINKIT_CHECK(max_norm >= 0.0, value_error, "clip_grad_norm_", "max_norm must be >= 0, got " << max_norm);
   autograd::no_grad guard;
+  if (!error_if_nonfinite && detail::can_fuse_clip(params, norm_type))
+    return static_cast<double>(detail::fused_clip(params, max_norm).item());  // the caller's one read
   std::vector<double> norms;
   for (const auto& p : params)
     if (p.defined() && p.grad().defined()) norms.push_back(detail::grad_norm(p.grad(), norm_type));
@@ -72,6 +116,24 @@ double clip_grad_norm_(const std::vector<autograd::var<T, D>>& params, double ma
     }
   }
   return total;
+}
+
+/// clip_grad_norm_ returning the total norm as a 0-d tensor on the gradients' device (float, double
+/// for double gradients) instead of reading it on the host, as torch returns a tensor. On a device
+/// with a fused multi-tensor model (CUDA) and norm_type 2 the host waits for nothing: one pass
+/// computes the norm on the device, one scales by the coefficient computed there. Elsewhere it
+/// is clip_grad_norm_ with its result put in a tensor.
+template <class T, class D>
+tensor<backend::multi_tensor_acc_t<T>, D> clip_grad_norm_tensor_(const std::vector<autograd::var<T, D>>& params,
+                                                                double max_norm, double norm_type = 2.0) {
+  using A = backend::multi_tensor_acc_t<T>;
+  TRAINKIT_CHECK(norm_type > 0.0, value_error, "clip_grad_norm_tensor_",
+                 "norm_type must be > 0 or inf_norm, got " << norm_type);
+  TRAINKIT_CHECK(max_norm >= 0.0, value_error, "clip_grad_norm_tensor_",
+                 "max_norm must be >= 0, got " << max_norm);
+  autograd::no_grad guard;
+  if (detail::can_fuse_clip(params, norm_type)) return detail::fused_clip(params, max_norm);
+  return tensor<A, D>::full({}, static_cast<A>(clip_grad_norm_(params, max_norm, norm_type)));
 }
 
 /// Clamps every gradient element of params to [-clip_value, clip_value] in place.

@@ -58,6 +58,7 @@
 #include "trainkit/amp/precision.hpp"
 #include "trainkit/autograd/ops/arithmetic.hpp"  // mul: a micro-batch's loss / K
 #include "trainkit/autograd/var.hpp"
+#include "trainkit/backend/multi_tensor.hpp"  // whether clipping runs on the device (one read at the end)
 #include "trainkit/checkpoint/concepts.hpp"
 #include "trainkit/checkpoint/policies.hpp"
 #include "trainkit/checkpoint/sequential.hpp"
@@ -78,11 +79,18 @@ struct train_step_options {
   /// Micro-batches (calls) per optimizer step, >= 1: each loss is divided by it and the gradients
   /// accumulate; reduction, unscaling, clipping and the step run on every accumulation_steps-th call.
   int accumulation_steps = 1;
+  /// Read the loss (and the clipped gradient norm) on the host into step_result every call. On a
+  /// GPU that read is the step's one host synchronisation; false leaves both on the device
+  /// (train_step::last_loss(), last_grad_norm()) and step_result::loss and grad_norm NaN, so that
+  /// only a scaler's found-inf decision waits for the device. Ignored (read) with metrics.
+  bool read_loss = true;
 };
 
 /// What one call did: one micro-batch, and the optimizer step when it was the last of its step.
 struct step_result {
-  double loss = 0.0;  ///< this micro-batch's loss, unscaled and not divided by accumulation_steps
+  /// This micro-batch's loss, unscaled and not divided by accumulation_steps; NaN when not read
+  /// (train_step_options::read_loss).
+  double loss = 0.0;
   /// The optimizer stepped; false on accumulating calls, and when an inf/NaN gradient made the
   /// scaler skip the step (found_inf).
   bool stepped = true;
@@ -91,7 +99,8 @@ struct step_result {
   /// An inf/NaN gradient was found: always false without scaling, and on accumulating calls (the
   /// check runs once per step, on its last micro-batch).
   bool found_inf = false;
-  double grad_norm = std::numeric_limits<double>::quiet_NaN();  ///< before clipping; NaN when not clipped
+  /// Before clipping; NaN when not clipped or not read (read_loss).
+  double grad_norm = std::numeric_limits<double>::quiet_NaN();
   double learning_rate = 0.0;  ///< the rate the step used (accumulating: the rate it will use)
   double loss_scale = 1.0;     ///< the scale this micro-batch's backward used
   double seconds = 0.0;        ///< wall time of this call
@@ -166,6 +175,7 @@ class train_step {
   using Device = typename Model::device_type;
   using var_type = autograd::var<T, Device>;
   using tensor_type = tensor<T, Device>;
+  using norm_tensor_type = tensor<backend::multi_tensor_acc_t<T>, Device>;
 
   /// Single process (an empty Parallel policy such as no_parallel).
   // (clang-format 14 mangles a requires-clause before a mem-initializer list)
@@ -243,12 +253,17 @@ class train_step {
       backward_without_sync(share);
     else
       scaler_.scale(share).backward();
-    r.loss = static_cast<double>(loss.item());
+    last_loss_ = loss.value();
+    last_grad_norm_ = norm_tensor_type();
+    const bool read = options_.read_loss || options_.metrics != nullptr;
+    // A device that clips without reading the norm (CUDA) reads loss and norm together at the end.
+    const bool read_at_end = read && !r.accumulating && device_clip && options_.max_grad_norm > 0.0;
+    r.loss = read && !read_at_end ? static_cast<double>(loss.item()) : std::numeric_limits<double>::quiet_NaN();
     cycle_.samples += x.dim() > 0 ? x.size(0) : 1;
-    cycle_.loss_sum += r.loss;
     // Counted once backward is through: a micro-batch whose forward or backward threw can be retried.
     micro_ = r.accumulating ? micro_ + 1 : 0;
     if (r.accumulating) {
+      cycle_.loss_sum += r.loss;
       r.stepped = false;
       r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       cycle_.seconds += r.seconds;
@@ -257,8 +272,16 @@ class train_step {
 
     parallel_.get().finish();
     if constexpr (!std::same_as<Scaler, amp::no_scaling>) r.found_inf = scaler_.unscale(*opt_);
-    if (options_.max_grad_norm > 0.0 && !r.found_inf)
-      r.grad_norm = optim::clip_grad_norm_(opt_->params(), options_.max_grad_norm);
+    if (options_.max_grad_norm > 0.0 && !r.found_inf) {
+      if (device_clip)
+        last_grad_norm_ = optim::clip_grad_norm_tensor_(opt_->params(), options_.max_grad_norm);
+      else if (read)
+        r.grad_norm = optim::clip_grad_norm_(opt_->params(), options_.max_grad_norm);
+      else
+        last_grad_norm_ = optim::clip_grad_norm_tensor_(opt_->params(), options_.max_grad_norm);
+    }
+    if (read_at_end) read_loss_and_norm(r);
+    cycle_.loss_sum += r.loss;
     r.stepped = scaler_.step(*opt_);
     scaler_.update();
     if (r.stepped && schedule_) schedule_(*opt_);
@@ -307,6 +330,14 @@ class train_step {
   /// Micro-batches accumulated toward the next optimizer step: 0 .. accumulation_steps - 1.
   int micro_step() const noexcept { return micro_; }
 
+  /// The last call's loss (unscaled, not divided by accumulation_steps) as a 0-d tensor on the
+  /// model's device: reading it (item()) is the caller's choice when read_loss is false.
+  const tensor_type& last_loss() const noexcept { return last_loss_; }
+  /// The gradient norm before clipping of the last step as a 0-d tensor on the device; undefined
+  /// when the last call did not clip, or when the norm was read into step_result::grad_norm on a
+  /// device that does not clip on the device (the host).
+  const norm_tensor_type& last_grad_norm() const noexcept { return last_grad_norm_; }
+
  private:
   void validate() const {
     TRAINKIT_CHECK(options_.max_grad_norm >= 0.0 && std::isfinite(options_.max_grad_norm), value_error,
@@ -325,6 +356,24 @@ class train_step {
       scaler_.scale(loss).backward();
     }
   }
+  /// Whether clip_grad_norm_ runs as multi-tensor passes on the device without reading the norm.
+  static constexpr bool device_clip = backend::multi_tensor<Device>::fused;
+
+  /// Loss and gradient norm of the step in one copy to the host (one synchronisation).
+  void read_loss_and_norm(step_result& r) const {
+    if (!last_grad_norm_.defined()) {  // not clipped: found_inf
+      r.loss = static_cast<double>(last_loss_.item());
+      return;
+    }
+    auto both = tensor<double, Device>::empty({2});
+    auto l = both.slice(0, 0, 1), n = both.slice(0, 1, 2);
+    copy_(l, cast<double>(last_loss_));
+    copy_(n, cast<double>(last_grad_norm_));
+    const auto v = both.to_vector();
+    r.loss = v[0];
+    r.grad_norm = v[1];
+  }
+
   /// (communication seconds, bytes sent) so far, for the per-step deltas; zeros without stats().
   std::pair<double, std::uint64_t> parallel_figures() {
     if constexpr (requires(Parallel & p) {
@@ -356,6 +405,8 @@ class train_step {
   std::function<void(Optimizer&)> schedule_;
   int micro_ = 0;  // micro-batches of the step in progress done so far
   cycle_figures cycle_;
+  tensor_type last_loss_;            // the last call's loss on the device
+  norm_tensor_type last_grad_norm_;  // the last step's norm on the device (device clipping or !read_loss)
 };
 
 /// train_step with the precision chosen explicitly and the rest deduced:

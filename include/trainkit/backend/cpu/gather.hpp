@@ -13,8 +13,12 @@ namespace trainkit::backend {
 
 template <>
 struct gather<cpu> {
+  /// The host validates indices before any kernel runs (autograd/ops/loss.hpp, embedding.hpp).
+  static constexpr bool checks_on_device = false;
+
   template <class T>
-  static void gather_rows(const T* table, index_t cols, const std::int64_t* idx, index_t n, T* out) {
+  static void gather_rows(const T* table, index_t cols, const std::int64_t* idx, index_t n, T* out,
+                          const index_check* = nullptr) {
     const bool big = n > 1 && n * cols >= 32768;
     (void)big;
 #if TRAINKIT_HAS_OPENMP
@@ -25,7 +29,8 @@ struct gather<cpu> {
   }
 
   template <class T>
-  static void scatter_add_rows(const T* src, index_t cols, const std::int64_t* idx, index_t n, T* table) {
+  static void scatter_add_rows(const T* src, index_t cols, const std::int64_t* idx, index_t n, T* table,
+                               const index_check* = nullptr) {
     using C = compute_t<T>;
     // Threads own disjoint column blocks, so repeated indices never race and the sum order is
     // the index order, whatever the number of threads.
@@ -48,7 +53,7 @@ struct gather<cpu> {
 
   template <class T>
   static void one_hot(const std::int64_t* target, index_t n, index_t classes, index_t inner, double on, double off,
-                      std::int64_t ignore_index, T* out) {
+                      std::int64_t ignore_index, T* out, const index_check* = nullptr) {
     const bool big = n > 1 && n * classes * inner >= 32768;
     (void)big;
 #if TRAINKIT_HAS_OPENMP

@@ -116,6 +116,7 @@ inline void process_pending(allocator_state& s) {
 inline void release_cached(allocator_state& s, int device) {
   // Blocks still waiting for other streams must finish first.
   if (!s.pending.empty()) {
+    count_host_sync();
     (void)cudaDeviceSynchronize();
     (void)cudaGetLastError();
     process_pending(s);
@@ -210,6 +211,7 @@ struct allocator<cuda> {
           s.spare_events.pop_back();
         } else if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
           (void)cudaGetLastError();
+          g::detail::count_host_sync();
           (void)cudaStreamSynchronize(u);  // no event: wait here instead
           continue;
         }

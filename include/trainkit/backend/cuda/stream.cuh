@@ -9,12 +9,30 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 #include "trainkit/backend/cuda/error.cuh"
 
 namespace trainkit::backend::gpu {
+
+namespace detail {
+inline std::atomic<std::int64_t>& host_sync_counter() noexcept {
+  static std::atomic<std::int64_t> n{0};
+  return n;
+}
+/// Called wherever trainkit blocks the host on the device (stream, device and event
+/// synchronisation, a copy to the host).
+inline void count_host_sync() noexcept { host_sync_counter().fetch_add(1, std::memory_order_relaxed); }
+}  // namespace detail
+
+/// How many times trainkit itself has blocked the host on the device so far, process-wide:
+/// synchronize(), stream and event synchronize(), every copy to the host (item(), to_vector(),
+/// to<cpu>()), check_device_errors(), and the waits of the staging buffers and the allocator when
+/// they really wait. The difference over a training step is its number of host synchronisations.
+inline std::int64_t host_syncs() noexcept { return detail::host_sync_counter().load(std::memory_order_relaxed); }
 
 /// Number of visible CUDA devices; 0 (never an exception) without a driver or a device.
 inline int device_count() noexcept {
@@ -76,10 +94,14 @@ class stream_guard {
 
 /// Blocks the host until every stream of the current device is idle (and reports any
 /// asynchronous fault of earlier kernels).
-inline void synchronize() { check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+inline void synchronize() {
+  detail::count_host_sync();
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
 
 /// Blocks the host until the current stream is idle.
 inline void synchronize_stream(cudaStream_t s = current_stream()) {
+  detail::count_host_sync();
   check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
 }
 
@@ -103,7 +125,10 @@ class stream {
 
   cudaStream_t get() const noexcept { return s_; }
   operator cudaStream_t() const noexcept { return s_; }
-  void synchronize() const { check(cudaStreamSynchronize(s_), "cudaStreamSynchronize"); }
+  void synchronize() const {
+    detail::count_host_sync();
+    check(cudaStreamSynchronize(s_), "cudaStreamSynchronize");
+  }
   /// True when all work issued so far has finished.
   bool query() const {
     const cudaError_t e = cudaStreamQuery(s_);
@@ -138,7 +163,10 @@ class event {
   void record(cudaStream_t s = current_stream()) { TRAINKIT_CUDA_CHECK(cudaEventRecord(e_, s)); }
   /// Work issued to s from now on waits for this event (the host does not block).
   void wait(cudaStream_t s = current_stream()) const { TRAINKIT_CUDA_CHECK(cudaStreamWaitEvent(s, e_, 0)); }
-  void synchronize() const { TRAINKIT_CUDA_CHECK(cudaEventSynchronize(e_)); }
+  void synchronize() const {
+    detail::count_host_sync();
+    TRAINKIT_CUDA_CHECK(cudaEventSynchronize(e_));
+  }
   bool query() const {
     const cudaError_t e = cudaEventQuery(e_);
     if (e == cudaErrorNotReady) return false;

@@ -10,8 +10,8 @@
 // Small copies (<= 256 KiB) go straight through cudaMemcpyAsync, which stages them itself.
 // A source in page-locked memory (gpu::pinned_memory: the batches of a CUDA data_loader) is copied
 // by one asynchronous DMA, like PyTorch's non_blocking=True from pinned memory: the source may be
-// dropped at once (cudaFreeHost waits for the copy) but must not be written until the current
-// stream has passed the copy.
+// dropped at once (its pooled buffer is reused only after the current stream has passed the
+// copy) but must not be written until the current stream has passed the copy.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,7 +22,9 @@
 #include <memory>
 #include <mutex>
 #include <utility>
+#include <vector>
 
+#include "trainkit/backend/cuda/device_error.cuh"
 #include "trainkit/backend/cuda/error.cuh"
 #include "trainkit/backend/cuda/stream.cuh"
 #include "trainkit/core/dtype.hpp"   // element
@@ -61,24 +63,119 @@ class pinned_buffer {
   std::size_t size_ = 0;
 };
 
+namespace detail {
+
+/// The page-locked buffers of pinned_memory, reused from batch to batch. A buffer given back
+/// (its last tensor gone) gets an event on the current stream, after the copy that read it; it
+/// is handed out again only once that event has completed (cudaEventQuery: the host never waits
+/// here). Buffers beyond max_free that are done are freed.
+class pinned_pool {
+ public:
+  static constexpr std::size_t max_free = 8;
+
+  void* acquire(std::size_t bytes) {
+    std::lock_guard<std::mutex> lock(m_);
+    // The smallest finished buffer that fits (and is at most twice as big: no waste).
+    std::size_t best = free_.size();
+    for (std::size_t i = 0; i < free_.size(); ++i) {
+      const block& b = free_[i];
+      if (b.size < bytes || b.size > 2 * bytes + 4096) continue;
+      if (best != free_.size() && free_[best].size <= b.size) continue;
+      if (!done(b)) continue;
+      best = i;
+    }
+    if (best != free_.size()) {
+      block b = free_[best];
+      free_.erase(free_.begin() + std::ptrdiff_t(best));
+      live_.push_back(b);
+      return b.p;
+    }
+    trim();
+    block b{nullptr, bytes, nullptr};
+    TRAINKIT_CUDA_CHECK_CTX(cudaMallocHost(&b.p, bytes), "pinned batch buffer of " << bytes << " bytes");
+    if (cudaEventCreateWithFlags(&b.ready, cudaEventDisableTiming) != cudaSuccess) {
+      (void)cudaGetLastError();
+      b.ready = nullptr;  // no event: the buffer is freed, not reused
+    }
+    live_.push_back(b);
+    return b.p;
+  }
+
+  void release(void* p) noexcept {
+    std::lock_guard<std::mutex> lock(m_);
+    for (std::size_t i = 0; i < live_.size(); ++i) {
+      if (live_[i].p != p) continue;
+      block b = live_[i];
+      live_[i] = live_.back();
+      live_.pop_back();
+      if (b.ready == nullptr || cudaEventRecord(b.ready, current_stream()) != cudaSuccess) {
+        (void)cudaGetLastError();
+        destroy(b);  // cudaFreeHost waits for the copies in flight
+        return;
+      }
+      free_.push_back(b);
+      trim();
+      return;
+    }
+  }
+
+ private:
+  struct block {
+    void* p;
+    std::size_t size;
+    cudaEvent_t ready;  // recorded when the buffer was given back
+  };
+  static bool done(const block& b) noexcept {
+    const cudaError_t e = cudaEventQuery(b.ready);
+    if (e == cudaSuccess) return true;
+    if (e != cudaErrorNotReady) (void)cudaGetLastError();
+    return false;
+  }
+  static void destroy(block& b) noexcept {
+    if (b.ready != nullptr) (void)cudaEventDestroy(b.ready);
+    (void)cudaFreeHost(b.p);
+  }
+  // Frees finished buffers beyond max_free, oldest first (lock held).
+  void trim() noexcept {
+    for (std::size_t i = 0; free_.size() > max_free && i < free_.size();) {
+      if (done(free_[i])) {
+        destroy(free_[i]);
+        free_.erase(free_.begin() + std::ptrdiff_t(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  std::mutex m_;
+  std::vector<block> free_, live_;
+};
+
+inline pinned_pool& pinned_buffers() {
+  static pinned_pool* p = new pinned_pool;  // leaked: pinned memory outlives static tensors
+  return *p;
+}
+
+}  // namespace detail
+
 /// The CUDA model of data::batch_memory: batches of a data_loader in page-locked host memory, so
 /// that batch.x.to<cuda>() is one asynchronous DMA on the current stream (no staging copy):
 ///
 ///   data::data_loader<data::tensor_dataset, data::distributed_sampler, gpu::pinned_memory> loader(...);
 ///
-/// The memory is cudaMallocHost'd per batch and freed (cudaFreeHost, which waits for the copies
-/// in flight) when the last tensor that uses it goes; it is not counted by allocator<cpu>.
+/// The buffers come from a pool (detail::pinned_pool): when the last tensor that uses one goes,
+/// it returns to the pool with an event on the current stream (the stream the batch was copied
+/// on), and is reused once that event has completed - no cudaMallocHost/cudaFreeHost per batch,
+/// and the host never waits. It is not counted by allocator<cpu>.
 struct pinned_memory {
   static constexpr bool pinned = true;
   template <element T>
   static tensor<T> empty(shape sizes) {
     const std::size_t n = static_cast<std::size_t>(numel(sizes));
     if (n == 0) return tensor<T>::empty(std::move(sizes));
-    void* p = nullptr;
-    TRAINKIT_CUDA_CHECK_CTX(cudaMallocHost(&p, n * sizeof(T)),
-                            "pinned batch buffer of " << n * sizeof(T) << " bytes, shape " << to_string(sizes));
-    auto st = std::make_shared<storage<T, cpu>>(static_cast<T*>(p), n,
-                                                [](void* q, std::size_t) noexcept { (void)cudaFreeHost(q); });
+    void* p = detail::pinned_buffers().acquire(n * sizeof(T));
+    auto st = std::make_shared<storage<T, cpu>>(
+        static_cast<T*>(p), n, [](void* q, std::size_t) noexcept { detail::pinned_buffers().release(q); });
     shape strides = contiguous_strides(sizes);
     return tensor<T>::from_storage(std::move(st), std::move(sizes), std::move(strides), 0);
   }
@@ -146,7 +243,14 @@ inline void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
   for (std::size_t off = 0, i = 0; off < bytes; off += staging_area::chunk, ++i) {
     const int k = int(i % 2);
     const std::size_t len = std::min(staging_area::chunk, bytes - off);
-    check(cudaEventSynchronize(s.done[k]), "cudaEventSynchronize");  // the last DMA out of buf[k] is done
+    // The last DMA out of buf[k] must be done (counted as a host synchronisation when it is not yet).
+    const cudaError_t q = cudaEventQuery(s.done[k]);
+    if (q == cudaErrorNotReady) {
+      count_host_sync();
+      check(cudaEventSynchronize(s.done[k]), "cudaEventSynchronize");
+    } else {
+      check(q, "cudaEventQuery");
+    }
     std::memcpy(s.buf[k], h + off, len);
     TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(d + off, s.buf[k], len, cudaMemcpyHostToDevice, st),
                             "host -> device copy of " << bytes << " bytes (chunk at " << off << ")");
@@ -154,13 +258,18 @@ inline void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
   }
 }
 
+/// One host synchronisation; the device's error record (device_error.cuh) is read back in the
+/// same wait and its error raised once the data has arrived.
 inline void copy_device_to_host(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   const cudaStream_t st = current_stream();
+  device_fault* const fault = enqueue_fault_readback(st);
+  count_host_sync();
   if (bytes <= staging_area::direct_limit) {
     TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, st),
                             "device -> host copy of " << bytes << " bytes");
     TRAINKIT_CUDA_CHECK_CTX(cudaStreamSynchronize(st), "device -> host copy of " << bytes << " bytes");
+    raise_fault(fault, st);
     return;
   }
   staging_area& s = staging();
@@ -185,6 +294,7 @@ inline void copy_device_to_host(void* dst, const void* src, std::size_t bytes) {
     std::memcpy(h + off, s.buf[k], len);
     if (i + 2 < n_chunks) issue(i + 2);
   }
+  raise_fault(fault, st);  // the readback was issued before the first chunk
 }
 
 }  // namespace detail
