@@ -9,7 +9,10 @@
 //
 // What it adds (one kernel family or its plumbing per header in backend/cuda/):
 //   error.cuh        TRAINKIT_CUDA_CHECK / gpu::check: every status -> runtime_failure
-//   stream.cuh       devices, gpu::stream, gpu::event, the current stream (gpu::stream_guard)
+//   stream.cuh       devices, gpu::stream, gpu::event, the current stream (gpu::stream_guard),
+//                    gpu::host_syncs() (host synchronisations so far)
+//   device_error.cuh errors found by kernels (bad class/embedding indices), raised at the next
+//                    host read or by gpu::check_device_errors()
 //   settings.cuh     gpu::settings(): allow_tf32, deterministic, cudnn_benchmark, workspace limits
 //   allocator.cuh    allocator<cuda>: caching, stream-aware; stats(), empty_cache(), record_stream()
 //   transfer.cuh     host <-> device copies through pinned staging buffers; gpu::pinned_buffer
@@ -18,11 +21,13 @@
 //   blas.cuh         blas<cuda>: GEMM through cuBLASLt (fp32/TF32, fp16, bf16, fp64)
 //   convolution.cuh  convolution<cuda> through cuDNN; im2col<cuda>
 //   pool.cuh norm.cuh softmax.cuh dropout.cuh gather.cuh   the other nn kernel families
+//   multi_tensor.cuh multi_tensor<cuda>: unscaling, the total norm and clipping over all gradients
 //   block_reduce.cuh warp/block reductions of the row-wise kernels
 // and, beside their owners (CUDA code that is not a kernel family):
 //   amp/cuda.cuh       half/bfloat16 GEMMs and convolutions natively for amp::mixed<...>
 //   dist/compress.cuh  gradient-compression codecs on device buffers
 //   dist/quantized_allreduce.cuh   the compressed allreduce on device buffers, residuals on the device
+//   dist/host_staged.cuh   a host communicator (mpi) on device buffers through pinned memory
 //   dist/nccl.cuh      dist::nccl, the NCCL communicator (when NCCL is there: trainkit::nccl)
 //   parallel/cuda.cuh  data_parallel<..., cuda>: buckets reduced on a side stream
 #pragma once
@@ -35,6 +40,7 @@
 
 #include "trainkit/backend/cuda/error.cuh"
 #include "trainkit/backend/cuda/stream.cuh"
+#include "trainkit/backend/cuda/device_error.cuh"
 #include "trainkit/backend/cuda/settings.cuh"
 #include "trainkit/backend/cuda/allocator.cuh"
 #include "trainkit/backend/cuda/transfer.cuh"
@@ -50,10 +56,12 @@
 #include "trainkit/backend/cuda/softmax.cuh"
 #include "trainkit/backend/cuda/dropout.cuh"
 #include "trainkit/backend/cuda/gather.cuh"
+#include "trainkit/backend/cuda/multi_tensor.cuh"
 #include "trainkit/amp/cuda.cuh"
 #include "trainkit/dist/compress.cuh"
 #include "trainkit/dist/quantized_allreduce.cuh"
 #include "trainkit/dist/local_device.cuh"
+#include "trainkit/dist/host_staged.cuh"
 #if defined(TRAINKIT_HAS_NCCL) && TRAINKIT_HAS_NCCL  // trainkit::nccl defines it
 #include "trainkit/dist/nccl.cuh"
 #endif

@@ -22,78 +22,9 @@ using tk::cuda;
 using tk::index_t;
 using namespace trainkit_test::dp;
 
-namespace ddp_test {
-
-// A test communicator on device buffers over thread_group: each collective copies the device
-// buffers to the host (after the current stream's work), runs thread_group's, and copies back.
-// Synchronous, so only for tests: it lets ranks that share one GPU (which NCCL refuses) drive the
-// device quantized allreduce.
-class staged_group {
- public:
-  explicit staged_group(dist::thread_group& g) : g_(g) {}
-  int rank() const { return g_.rank(); }
-  int size() const { return g_.size(); }
-  dist::work barrier() { return g_.barrier(); }
-
-  template <class T>
-  dist::work allreduce(T* d, std::size_t n, dist::reduce_op op) {
-    auto h = down(d, n);
-    g_.allreduce(h.data(), n, op).wait();
-    up(h, d);
-    return {};
-  }
-  template <class T>
-  dist::work broadcast(T* d, std::size_t n, int root) {
-    auto h = down(d, n);
-    g_.broadcast(h.data(), n, root).wait();
-    up(h, d);
-    return {};
-  }
-  template <class T>
-  dist::work allgather(const T* in, std::size_t n, T* out) {
-    auto h = down(in, n);
-    std::vector<T> o(n * static_cast<std::size_t>(size()));
-    g_.allgather(h.data(), n, o.data()).wait();
-    up(o, out);
-    return {};
-  }
-  template <class T>
-  dist::work reduce_scatter(const T* in, T* out, std::size_t n, dist::reduce_op op) {
-    auto h = down(in, n * static_cast<std::size_t>(size()));
-    std::vector<T> o(n);
-    g_.reduce_scatter(h.data(), o.data(), n, op).wait();
-    up(o, out);
-    return {};
-  }
-  template <class T>
-  dist::work alltoall(const T* in, T* out, std::size_t n) {
-    auto h = down(in, n * static_cast<std::size_t>(size()));
-    std::vector<T> o(h.size());
-    g_.alltoall(h.data(), o.data(), n).wait();
-    up(o, out);
-    return {};
-  }
-
- private:
-  template <class T>
-  static std::vector<T> down(const T* d, std::size_t n) {
-    std::vector<T> h(n);
-    tk::gpu::check(cudaStreamSynchronize(tk::gpu::current_stream()), "cudaStreamSynchronize");
-    tk::gpu::check(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), "cudaMemcpy");
-    return h;
-  }
-  template <class T>
-  static void up(const std::vector<T>& h, T* d) {
-    tk::gpu::check(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy");
-  }
-  dist::thread_group& g_;
-};
-
-}  // namespace ddp_test
-
-using ddp_test::staged_group;
-template <>
-inline constexpr bool trainkit::dist::device_buffers<staged_group> = true;
+// Ranks that share one GPU (which NCCL refuses) drive the device-buffer paths through thread_group
+// staged in pinned memory.
+using staged_group = dist::host_staged<dist::thread_group>;
 
 namespace {
 

@@ -166,9 +166,24 @@ TEST_CASE("training_metrics: the standard families", "[monitor][training]") {
   REQUIRE(*e.value("trainkit_memory_allocated_bytes", {{"device", "cpu"}}) >= 0);
   REQUIRE(*e.value("trainkit_memory_peak_bytes", {{"device", "cpu"}}) >=
           *e.value("trainkit_memory_allocated_bytes", {{"device", "cpu"}}));
+  REQUIRE(*e.value("trainkit_memory_reserved_bytes", {{"device", "cpu"}}) >= 0);
   REQUIRE(e.type.at("trainkit_step_duration_seconds") == "histogram");
   for (const auto& [name, type] : e.type)
     if (type == "counter") REQUIRE_THAT(name, Catch::Matchers::EndsWith("_total"));
+}
+
+TEST_CASE("training_metrics exports another device's allocator figures", "[monitor]") {
+  monitor::registry reg;
+  monitor::training_metrics m(reg);
+  trainkit::memory_stats fake{.allocated = 1000, .peak = 5000, .reserved = 8192, .allocations = 3};
+  m.track_memory("cuda", [&] { return fake; });
+  auto e = monitor_test::parse_prometheus(monitor::to_prometheus(reg));
+  CHECK(*e.value("trainkit_memory_allocated_bytes", {{"device", "cuda"}}) == 1000);
+  CHECK(*e.value("trainkit_memory_peak_bytes", {{"device", "cuda"}}) == 5000);
+  CHECK(*e.value("trainkit_memory_reserved_bytes", {{"device", "cuda"}}) == 8192);
+  fake.allocated = 2000;  // read again at every exposition
+  e = monitor_test::parse_prometheus(monitor::to_prometheus(reg));
+  CHECK(*e.value("trainkit_memory_allocated_bytes", {{"device", "cuda"}}) == 2000);
 }
 
 TEST_CASE("without NVML there are no GPU gauges and no error", "[monitor][nvml]") {

@@ -23,11 +23,15 @@
 //   trainkit_data_wait_seconds_total       counter    time the step waited for its batch
 //   trainkit_memory_allocated_bytes        gauge      device="cpu": bytes held by live tensors
 //   trainkit_memory_peak_bytes             gauge      device="cpu": highest allocated so far
+//   trainkit_memory_reserved_bytes         gauge      device="cpu": bytes held from the system
+// and the same three for every device added with track_memory() (device="cuda": the caching
+// allocator's figures - `metrics.track_memory("cuda", [] { return allocator<cuda>::stats(); })`),
 // plus, where NVML is present, the trainkit_gpu_* gauges of monitor/nvml.hpp.
 #pragma once
 
 #include <cmath>  // NAN, std::isnan
 #include <cstdint>
+#include <functional>  // track_memory's reader
 #include <limits>
 #include <string>
 #include <vector>
@@ -88,12 +92,14 @@ class training_metrics {
         allocated_(
             reg.gauge("trainkit_memory_allocated_bytes", "Bytes held by live tensors.", {{"device", "cpu"}})),
         peak_(
-            reg.gauge("trainkit_memory_peak_bytes", "Highest allocated bytes so far.", {{"device", "cpu"}})) {
+            reg.gauge("trainkit_memory_peak_bytes", "Highest allocated bytes so far.", {{"device", "cpu"}})),
+        reserved_(reg.gauge("trainkit_memory_reserved_bytes", "Bytes held from the system (cached included).",
+                            {{"device", "cpu"}})) {
     scale_.set(1.0);
     grad_norm_.set(std::numeric_limits<double>::quiet_NaN());  // not measured yet (no clipping)
     // Memory figures are read when scraped, so they are current even between steps. The hook
     // holds the gauges (owned by the registry), not this object, which may go first.
-    reg.on_collect([a = &allocated_, p = &peak_] { read_memory(*a, *p); });
+    reg.on_collect([a = &allocated_, p = &peak_, r = &reserved_] { read_memory(allocator<cpu>::stats(), *a, *p, *r); });
     if (o.gpu) gpu_ = export_gpu_metrics(reg);
   }
   training_metrics(const training_metrics&) = delete;
@@ -116,7 +122,16 @@ class training_metrics {
     if (f.communication_seconds > 0) comm_seconds_.inc(f.communication_seconds);
     if (f.bytes_sent > 0) bytes_sent_.inc(static_cast<double>(f.bytes_sent));
     if (f.data_wait_seconds > 0) data_wait_.inc(f.data_wait_seconds);
-    read_memory(allocated_, peak_);
+    read_memory(allocator<cpu>::stats(), allocated_, peak_, reserved_);
+  }
+  /// Exports the allocated / reserved / peak bytes of another device's allocator, labelled
+  /// device=`device`, read at every exposition (e.g. "cuda" and allocator<cuda>::stats, from CUDA code).
+  void track_memory(const std::string& device, std::function<memory_stats()> read) {
+    gauge& a = reg_->gauge("trainkit_memory_allocated_bytes", "Bytes held by live tensors.", {{"device", device}});
+    gauge& p = reg_->gauge("trainkit_memory_peak_bytes", "Highest allocated bytes so far.", {{"device", device}});
+    gauge& r = reg_->gauge("trainkit_memory_reserved_bytes", "Bytes held from the system (cached included).",
+                           {{"device", device}});
+    reg_->on_collect([&a, &p, &r, read = std::move(read)] { read_memory(read(), a, p, r); });
   }
   void set_epoch(std::int64_t e) { epoch_.set(static_cast<double>(e)); }
   /// Time waited for a batch outside observe() (a loader's next()).
@@ -130,10 +145,10 @@ class training_metrics {
   double steps() const noexcept { return steps_.value(); }
 
  private:
-  static void read_memory(gauge& allocated, gauge& peak) {
-    const memory_stats s = allocator<cpu>::stats();
+  static void read_memory(const memory_stats& s, gauge& allocated, gauge& peak, gauge& reserved) {
     allocated.set(static_cast<double>(s.allocated));
     peak.set(static_cast<double>(s.peak));
+    reserved.set(static_cast<double>(s.reserved));
   }
 
   registry* reg_;
@@ -153,6 +168,7 @@ class training_metrics {
   counter& data_wait_;
   gauge& allocated_;
   gauge& peak_;
+  gauge& reserved_;
   bool gpu_ = false;
 };
 

@@ -51,6 +51,9 @@ struct device_reduction<cuda> {
     using value_type = typename Core::value_type;
     /// Host communicators need the communication thread (and pinned staging).
     static constexpr bool on_thread = !dist::device_buffers<comm_type>;
+    /// Without the thread, the stats are GPU time: each bucket's span on the side stream, and the
+    /// compute stream's stall in finish(), measured with events and collected once they completed.
+    static constexpr bool timed_on_device = !on_thread;
 
     explicit state(Core& c) : device(backend::gpu::current_device()), side(true) {
       ready.reserve(c.flat.size());
@@ -94,8 +97,11 @@ struct device_reduction<cuda> {
       if constexpr (!on_thread) {
         check_works(c, false);
         backend::gpu::device_guard dg(device);
+        collect(c);
         ready[b].wait(side.get());
         backend::gpu::stream_guard sg(side.get());
+        span& t = next_span(false);
+        t.begin.record(side.get());
         auto& flat = c.flat[b];
         if constexpr (std::is_same_v<value_type, float>) {
           if constexpr (Core::compression_type::lossy) {
@@ -112,6 +118,7 @@ struct device_reduction<cuda> {
           c.compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, c.comm.size()) / 4 *
                                       sizeof(value_type));
         }
+        t.end.record(side.get());
         for (auto& w : ws.works) pending.push_back({std::move(w), std::chrono::steady_clock::now()});
         ws.works.clear();
       } else {
@@ -122,9 +129,48 @@ struct device_reduction<cuda> {
 
     void finish(Core& c) {
       backend::gpu::device_guard dg(device);
+      const cudaStream_t compute = backend::gpu::current_stream();
       done.record(side.get());
-      done.wait(backend::gpu::current_stream());
-      if constexpr (!on_thread) check_works(c, false);
+      if constexpr (timed_on_device) {
+        span& t = next_span(true);
+        t.begin.record(compute);
+        done.wait(compute);
+        t.end.record(compute);
+        check_works(c, false);
+        collect(c);
+      } else {
+        done.wait(compute);
+      }
+    }
+
+    // ---- GPU time (timed_on_device) ---------------------------------------------------------------------
+    struct span {
+      backend::gpu::event begin{true}, end{true};
+      bool exposed = false;  // the compute stream's stall in finish(), else a bucket on the side stream
+    };
+    span& next_span(bool exposed) {
+      std::unique_ptr<span> t;
+      if (!spare.empty()) {
+        t = std::move(spare.back());
+        spare.pop_back();
+      } else {
+        t = std::make_unique<span>();
+      }
+      t->exposed = exposed;
+      spans.push_back(std::move(t));
+      return *spans.back();
+    }
+    /// Adds the spans that have completed to the stats (without waiting for the others).
+    void collect(Core& c) {
+      while (!spans.empty() && spans.front()->end.query()) {
+        const double s = 1e-3 * double(backend::gpu::event::elapsed_ms(spans.front()->begin, spans.front()->end));
+        {
+          std::lock_guard lk(c.mu);
+          (spans.front()->exposed ? c.stats.exposed_seconds : c.stats.comm_seconds) += s;
+        }
+        spare.push_back(std::move(spans.front()));
+        spans.pop_front();
+      }
     }
 
     // ---- the communication thread (host communicators) ------------------------------------------------
@@ -187,6 +233,8 @@ struct device_reduction<cuda> {
     dist::error_feedback* owner = nullptr;
     dist::device_compress_workspace ws;
     std::deque<std::pair<dist::work, std::chrono::steady_clock::time_point>> pending;
+    std::deque<std::unique_ptr<span>> spans;  // recorded, not collected yet
+    std::vector<std::unique_ptr<span>> spare;
   };
 };
 

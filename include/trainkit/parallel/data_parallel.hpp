@@ -82,6 +82,9 @@ struct device_reduction;
 namespace detail {
 template <class Device>
 concept device_reduction_defined = requires { sizeof(device_reduction<Device>); };
+/// Whether a device_reduction state measures the stats itself (GPU time) instead of host time.
+template <class State>
+inline constexpr bool timed_on_device = requires { requires State::timed_on_device; };
 }  // namespace detail
 
 /// cpu: the communication thread reduces each bucket in place.
@@ -110,7 +113,8 @@ struct data_parallel_options {
   bool broadcast_buffers = true;
 };
 
-/// What data_parallel has done so far (figures for logs and the monitor).
+/// What data_parallel has done so far (figures for logs and the monitor). On cuda with nccl the
+/// times are GPU time (see data_parallel::stats()).
 struct data_parallel_stats {
   std::uint64_t steps = 0;            // synced finish() calls
   std::uint64_t buckets_reduced = 0;  // allreduces run
@@ -222,6 +226,9 @@ class data_parallel {
     return dist::any_rank(core_->comm, local);
   }
 
+  /// The figures so far. On cuda with a device-buffer communicator they are GPU time (the buckets'
+  /// spans on the side stream; the compute stream's stall in finish() as exposed), counted once
+  /// their events have completed - up to a step behind.
   data_parallel_stats stats() const {
     std::lock_guard lk(core_->mu);
     data_parallel_stats s = core_->stats;
@@ -535,7 +542,7 @@ class data_parallel {
       }
       std::lock_guard lk(mu);
       if (err && !failure) failure = err;
-      stats.comm_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+      if constexpr (!detail::timed_on_device<device_state>) stats.comm_seconds += std::chrono::duration<double>(clock::now() - t0).count();
       if (!err) ++stats.buckets_reduced;
       ++completed;
     }
@@ -576,7 +583,8 @@ class data_parallel {
       {
         std::unique_lock lk(mu);
         cv.wait(lk, [&] { return completed == layout.buckets.size(); });
-        stats.exposed_seconds += std::chrono::duration<double>(clock::now() - t0).count();
+        if constexpr (!detail::timed_on_device<device_state>)
+          stats.exposed_seconds += std::chrono::duration<double>(clock::now() - t0).count();
         ++stats.steps;
         err = failure;
       }
