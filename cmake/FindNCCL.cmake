@@ -29,36 +29,9 @@ if(CUDAToolkit_INCLUDE_DIRS)
 endif()
 list(APPEND _nccl_hints /usr/local/cuda /usr)
 
-# The Python wheels' directories: <site-packages>/nvidia/{SUB,cu13,cu12} of every site-packages
-# directory python3 reports (Python3_EXECUTABLE or python3 on PATH; the user site too).
-# Computed once per configure and shared with the other Find module.
-if(NOT DEFINED _TRAINKIT_PY_SITE_DIRS)
-  set(_trainkit_py "${Python3_EXECUTABLE}")
-  if(NOT _trainkit_py)
-    find_program(_trainkit_py_prog NAMES python3 python)
-    mark_as_advanced(_trainkit_py_prog)
-    set(_trainkit_py "${_trainkit_py_prog}")
-  endif()
-  set(_TRAINKIT_PY_SITE_DIRS "")
-  if(_trainkit_py)
-    execute_process(
-      COMMAND "${_trainkit_py}" -c "import site, sys; d = list(getattr(site, 'getsitepackages', lambda: [])()); u = getattr(site, 'getusersitepackages', lambda: '')(); d += [u] if u else []; d += [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]; print(';'.join(dict.fromkeys(d)))"
-      OUTPUT_VARIABLE _TRAINKIT_PY_SITE_DIRS OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE _trainkit_py_rc TIMEOUT 20)
-    if(NOT _trainkit_py_rc EQUAL 0)
-      set(_TRAINKIT_PY_SITE_DIRS "")
-    endif()
-  endif()
-  unset(_trainkit_py)
-  unset(_trainkit_py_rc)
-endif()
-set(_nccl_wheel_roots)
-foreach(_d IN LISTS _TRAINKIT_PY_SITE_DIRS)
-  foreach(_sub IN ITEMS nccl cu13 cu12)
-    if(IS_DIRECTORY "${_d}/nvidia/${_sub}")
-      list(APPEND _nccl_wheel_roots "${_d}/nvidia/${_sub}")
-    endif()
-  endforeach()
-endforeach()
+# The Python wheels' directories (nvidia/nccl, nvidia/cu13, nvidia/cu12 under site-packages).
+include("${CMAKE_CURRENT_LIST_DIR}/TrainkitWheelRoots.cmake")
+trainkit_wheel_roots(_nccl_wheel_roots nccl)
 
 find_path(NCCL_INCLUDE_DIR NAMES nccl.h
   HINTS ${_nccl_hints} PATHS ${_nccl_wheel_roots}

@@ -2,6 +2,7 @@
 // scalers, and amp::forward<P> over nn modules.
 #pragma once
 
+#include "trainkit/amp/autocast.hpp"        // amp::autocast<P>: the precision scope
 #include "trainkit/amp/autocast_list.hpp"   // autocast_op, lower_precision_op
 #include "trainkit/amp/concepts.hpp"        // precision_policy, loss_scaler
 #include "trainkit/amp/loss_scaler.hpp"     // no_scaling, static_scaling, dynamic_scaling, default_scaler_t

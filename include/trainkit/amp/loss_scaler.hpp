@@ -70,16 +70,9 @@ bool fused_unscale(const Params& params, float inv) {
   using T = typename V::tensor_type::value_type;
   using D = typename V::tensor_type::device_type;
   if constexpr (backend::multi_tensor<D>::fused) {
-    std::vector<T*> data;
-    std::vector<index_t> numel;
-    for (const auto& p : params) {
-      if (!p.defined() || !p.grad().defined()) continue;
-      auto g = p.grad();
-      data.push_back(g.data());
-      numel.push_back(g.numel());
-    }
+    auto g = backend::gradient_list<T>(params);
     auto found = tensor<float, D>::zeros({});
-    backend::multi_tensor<D>::unscale(data.data(), numel.data(), data.size(), inv, found.data());
+    backend::multi_tensor<D>::unscale(g.data.data(), g.numel.data(), g.size(), inv, found.data());
     return found.item() != 0.0f;  // the one read of the step's decision
   } else {
     (void)params, (void)inv;

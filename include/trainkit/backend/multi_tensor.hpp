@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 
 #include "trainkit/core/shape.hpp"
 
@@ -32,5 +33,27 @@ template <class Device>
 struct multi_tensor {
   static constexpr bool fused = false;
 };
+
+/// The data pointers and sizes of the defined gradients of params (vars), the lists a multi-tensor
+/// pass takes.
+template <class T>
+struct tensor_list {
+  std::vector<T*> data;
+  std::vector<index_t> numel;
+  std::size_t size() const noexcept { return data.size(); }
+  /// The same list read-only (norm2 takes const pointers).
+  std::vector<const T*> const_data() const { return {data.begin(), data.end()}; }
+};
+template <class T, class Params>
+tensor_list<T> gradient_list(const Params& params) {
+  tensor_list<T> l;
+  for (const auto& p : params) {
+    if (!p.defined() || !p.grad().defined()) continue;
+    auto g = p.grad();
+    l.data.push_back(g.data());
+    l.numel.push_back(g.numel());
+  }
+  return l;
+}
 
 }  // namespace trainkit::backend

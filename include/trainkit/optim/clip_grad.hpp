@@ -59,18 +59,11 @@ tensor<backend::multi_tensor_acc_t<T>, D> fused_clip(const std::vector<autograd:
   using A = backend::multi_tensor_acc_t<T>;
   auto norm = tensor<A, D>::zeros({});
   if constexpr (backend::multi_tensor<D>::fused) {
-    std::vector<T*> data;
-    std::vector<index_t> numel;
-    for (const auto& p : params) {
-      if (!p.defined() || !p.grad().defined()) continue;
-      auto g = p.grad();
-      data.push_back(g.data());
-      numel.push_back(g.numel());
-    }
-    if (data.empty()) return norm;
-    std::vector<const T*> cdata(data.begin(), data.end());
-    backend::multi_tensor<D>::norm2(cdata.data(), numel.data(), cdata.size(), norm.data());
-    backend::multi_tensor<D>::clip(data.data(), numel.data(), data.size(), norm.data(), max_norm);
+    auto g = backend::gradient_list<T>(params);
+    if (g.size() == 0) return norm;
+    const auto cdata = g.const_data();
+    backend::multi_tensor<D>::norm2(cdata.data(), g.numel.data(), g.size(), norm.data());
+    backend::multi_tensor<D>::clip(g.data.data(), g.numel.data(), g.size(), norm.data(), max_norm);
   } else {
     (void)params, (void)max_norm;
   }

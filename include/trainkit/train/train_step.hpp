@@ -49,7 +49,9 @@
 #include <cstdint>     // std::int64_t, std::uint64_t: samples and bytes of a step
 #include <functional>  // the attached schedule
 #include <limits>
+#include <string>
 #include <type_traits>
+#include <typeinfo>  // typeid: the model named in an error
 #include <utility>
 
 #include "trainkit/amp/concepts.hpp"
@@ -219,11 +221,23 @@ class train_step {
   }
 
   /// The model's output for x under the precision and recompute policies (the step's forward).
+  /// Under a mixed policy, a forward in which no op ran in the compute type is a usage_error naming
+  /// the model: mixed precision never degrades to fp32 without a word.
   var_type forward(const var_type& x) {
+    const auto before = autograd::autocast_op_count();
+    var_type y;
     if constexpr (std::same_as<Recompute, checkpoint::store_all>)
-      return amp::forward<Precision>(*model_, x);
+      y = amp::forward<Precision>(*model_, x);
     else
-      return checkpoint::apply_recompute(recompute_, *model_, x, amp::module_forward<Precision>{});
+      y = checkpoint::apply_recompute(recompute_, *model_, x, amp::module_forward<Precision>{});
+    if constexpr (Precision::is_mixed) {
+      TRAINKIT_CHECK(autograd::autocast_op_count() != before, usage_error, "train_step",
+                     "mixed precision " << Precision::name << " was requested, but no op of the model (" << model_name()
+                                        << ") ran in " << Precision::name
+                                        << ": its forward reached no linear, matmul or conv2d of trainkit::autograd "
+                                           "(GEMMs on raw tensors stay fp32); train it with amp::fp32");
+    }
+    return y;
   }
 
   /// One micro-batch on input x - a whole step when accumulation_steps is 1; loss_fn(output) -> var
@@ -339,6 +353,12 @@ class train_step {
   const norm_tensor_type& last_grad_norm() const noexcept { return last_grad_norm_; }
 
  private:
+  std::string model_name() const {
+    if constexpr (requires { model_->type_name(); })
+      return std::string(model_->type_name());
+    else
+      return typeid(Model).name();
+  }
   void validate() const {
     TRAINKIT_CHECK(options_.max_grad_norm >= 0.0 && std::isfinite(options_.max_grad_norm), value_error,
                    "train_step", "max_grad_norm must be finite and >= 0, got " << options_.max_grad_norm);

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/im2col.hpp"
 #include "trainkit/ops/elementwise.hpp"
@@ -114,6 +115,8 @@ struct conv2d {
 /// OH = (H + 2 pad - dilation (kh - 1) - 1) / stride + 1.
 template <class T, class D>
 var<T, D> conv2d(const var<T, D>& x, const var<T, D>& weight, const var<T, D>& bias = {}, conv2d_options o = {}) {
+  if (const auto* ac = current_autocast<T, D>(); ac != nullptr && ac->conv2d != nullptr)
+    return ac->conv2d(x, weight, bias, o);  // inside a precision scope (amp::autocast)
   const bool unbatched = x.dim() == 3;
   tensor<T, D> xv = unbatched ? x.value().unsqueeze(0) : x.value();
   const auto g = detail::conv2d_geometry_of(xv.sizes(), weight.sizes(), o);

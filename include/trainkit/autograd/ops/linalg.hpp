@@ -4,6 +4,7 @@
 #include <array>
 #include <string_view>
 
+#include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/ops/linalg.hpp"
 #include "trainkit/ops/reduce.hpp"
@@ -47,6 +48,8 @@ struct matmul {
 /// torch.matmul: 1-D, 2-D and batched (broadcast) products.
 template <class T, class D>
 var<T, D> matmul(const var<T, D>& a, const var<T, D>& b) {
+  if (const auto* ac = current_autocast<T, D>(); ac != nullptr && ac->matmul != nullptr)
+    return ac->matmul(a, b);  // inside a precision scope (amp::autocast)
   return record(ops::matmul<T, D>{a.value(), b.value()}, trainkit::matmul(a.value(), b.value()), a, b);
 }
 

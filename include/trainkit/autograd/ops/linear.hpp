@@ -4,6 +4,7 @@
 #include <string_view>
 #include <vector>
 
+#include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/ops/elementwise.hpp"
 #include "trainkit/ops/linalg.hpp"
@@ -35,6 +36,8 @@ struct linear {
 /// [*, out]. The weight is read through its transposed view, so no copy is made.
 template <class T, class D>
 var<T, D> linear(const var<T, D>& x, const var<T, D>& weight, const var<T, D>& bias = {}) {
+  if (const auto* ac = current_autocast<T, D>(); ac != nullptr && ac->linear != nullptr)
+    return ac->linear(x, weight, bias);  // inside a precision scope (amp::autocast)
   const auto& xv = x.value();
   const auto& wv = weight.value();
   TRAINKIT_CHECK(wv.dim() == 2, shape_error, "linear",

@@ -1,0 +1,60 @@
+// trainkit/amp/autocast.hpp - a precision scope: inside `amp::autocast<P> scope;` every
+// autograd::linear, matmul (batched too) and conv2d on this thread runs as amp::linear<P>,
+// amp::matmul<P>, amp::conv2d<P> - whoever calls it: nn layers, a user's own module, a function.
+// The other ops (activations, norms, softmax, losses, reductions) stay fp32, as under
+// torch.autocast. An fp32 scope turns an outer mixed one off (torch.autocast(enabled=False)).
+//
+//   {
+//     amp::autocast<amp::mixed_bf16> scope;   // vars of float on the cpu; <P, float, cuda> on GPUs
+//     auto y = my_net.forward(x);             // its GEMMs and convolutions in bfloat16
+//   }
+#pragma once
+
+#include <cstdint>
+
+#include "trainkit/amp/concepts.hpp"
+#include "trainkit/amp/ops.hpp"
+#include "trainkit/autograd/autocast.hpp"
+#include "trainkit/autograd/ops/conv.hpp"
+#include "trainkit/core/device.hpp"
+
+namespace trainkit::amp {
+
+/// RAII precision scope for vars of T on D on this thread (see the file comment). Scopes nest;
+/// the innermost wins.
+/// \tparam P a precision_policy
+template <precision_policy P, class T = float, class D = cpu>
+class autocast {
+ public:
+  autocast() noexcept : guard_(P::is_mixed ? &table : nullptr) {}
+  autocast(const autocast&) = delete;
+  autocast& operator=(const autocast&) = delete;
+
+  /// Ops this thread has run in a lower-precision compute type so far (all scopes).
+  static std::uint64_t op_count() noexcept { return autograd::autocast_op_count(); }
+
+ private:
+  using var_type = autograd::var<T, D>;
+  // Each runs the amp op with the scope suspended (it is not dispatched to itself) and counts.
+  static var_type linear_op(const var_type& x, const var_type& w, const var_type& b) {
+    autograd::autocast_guard<T, D> off(nullptr);
+    ++autograd::detail::autocast_counter();
+    return amp::linear<P>(x, w, b);
+  }
+  static var_type matmul_op(const var_type& a, const var_type& b) {
+    autograd::autocast_guard<T, D> off(nullptr);
+    ++autograd::detail::autocast_counter();
+    return amp::matmul<P>(a, b);
+  }
+  static var_type conv2d_op(const var_type& x, const var_type& w, const var_type& b,
+                            const autograd::conv2d_options& o) {
+    autograd::autocast_guard<T, D> off(nullptr);
+    ++autograd::detail::autocast_counter();
+    return amp::conv2d<P>(x, w, b, o);
+  }
+  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op};
+
+  autograd::autocast_guard<T, D> guard_;
+};
+
+}  // namespace trainkit::amp

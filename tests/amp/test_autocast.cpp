@@ -1,0 +1,143 @@
+// amp::autocast: any module - a user's own, not a Sequential - gets the precision policy through
+// autograd's linear/matmul/conv2d; train_step refuses a mixed policy that reached no such op.
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trainkit/trainkit.hpp"
+
+using namespace trainkit;
+using fvar = autograd::var<float>;
+using ftensor = tensor<float>;
+
+namespace {
+
+ftensor random_float(const shape& s, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(numel(s)));
+  for (auto& x : v) x = u(rng);
+  return ftensor::from_vector(v, s);
+}
+bool bit_equal(const ftensor& a, const ftensor& b) {
+  const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+// A user's residual network: conv stem, a residual block of two convs, pooling, a linear head,
+// and a matmul of its own - no Sequential at the top, no amp in its code.
+class residual_net : public nn::module<float> {
+ public:
+  explicit residual_net(generator& gen)
+      : stem_(register_module("stem", std::make_shared<nn::conv2d<>>(1, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen))),
+        c1_(register_module("c1", std::make_shared<nn::conv2d<>>(4, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen))),
+        c2_(register_module("c2", std::make_shared<nn::conv2d<>>(4, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen))),
+        head_(register_module("head", std::make_shared<nn::linear<>>(4 * 6 * 6, 5, true, gen))),
+        mix_(register_parameter("mix", random_mix(gen))) {}
+  std::string_view type_name() const override { return "residual_net"; }
+  fvar forward(const fvar& x) override {
+    auto h = autograd::relu(stem_->forward(x));
+    h = h + c2_->forward(autograd::relu(c1_->forward(h)));  // the residual connection
+    auto y = head_->forward(autograd::flatten(h, 1, -1));
+    return autograd::matmul(y, mix_);
+  }
+  // The same computation spelled out with the amp ops (the reference).
+  template <class P>
+  fvar by_hand(const fvar& x) {
+    auto conv = [](const std::shared_ptr<nn::conv2d<>>& c, const fvar& v) {
+      return amp::conv2d<P>(v, c->weight(), c->bias(), amp::conv_options_of(c->options()));
+    };
+    auto h = autograd::relu(conv(stem_, x));
+    h = h + conv(c2_, autograd::relu(conv(c1_, h)));
+    auto y = amp::linear<P>(autograd::flatten(h, 1, -1), head_->weight(), head_->bias());
+    return amp::matmul<P>(y, mix_);
+  }
+
+ private:
+  static ftensor random_mix(generator& gen) {
+    auto t = ftensor::empty({5, 5});
+    fill_normal(gen, t.data(), 25, 0.0f, 0.5f);
+    return t;
+  }
+  std::shared_ptr<nn::conv2d<>> stem_, c1_, c2_;
+  std::shared_ptr<nn::linear<>> head_;
+  fvar mix_;
+};
+
+// A module whose forward has no GEMM at all (a learned scale).
+class scale_only : public nn::module<float> {
+ public:
+  scale_only() : s_(register_parameter("s", ftensor::ones({1}))) {}
+  std::string_view type_name() const override { return "scale_only"; }
+  fvar forward(const fvar& x) override { return x * s_; }
+
+ private:
+  fvar s_;
+};
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a user module runs its GEMMs and convolutions in the compute type", "[amp][autocast]",
+                   amp::mixed_bf16, amp::mixed_fp16) {
+  using P = TestType;
+  generator gen(5);
+  residual_net net(gen);
+  std::mt19937 rng(6);
+  const fvar x(random_float({3, 1, 6, 6}, rng));
+  const auto before = autograd::autocast_op_count();
+  const auto y = amp::forward<P>(net, x);
+  CHECK(autograd::autocast_op_count() - before == 5);  // 3 convolutions, 1 linear, 1 matmul
+  const auto ref = net.template by_hand<P>(x);
+  REQUIRE(bit_equal(y.value(), ref.value()));  // exactly the hand-written 16-bit computation
+  const auto fp32 = net.forward(x);            // no scope: fp32
+  const auto a = y.value().to_vector(), b = fp32.value().to_vector();
+  int differ = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+  CHECK(differ == static_cast<int>(a.size()));  // every output changed (before: 0 of them)
+  // Gradients flow through the mixed ops to every parameter.
+  autograd::sum(y).backward();
+  for (const auto& p : net.parameters()) REQUIRE(p.grad().defined());
+}
+
+TEST_CASE("autocast scopes nest, an fp32 scope turns mixed off, and plain calls are reached", "[amp][autocast]") {
+  std::mt19937 rng(7);
+  const fvar a(random_float({4, 6}, rng)), b(random_float({6, 3}, rng));
+  const auto plain = autograd::matmul(a, b);
+  {
+    amp::autocast<amp::mixed_bf16> scope;
+    const auto mixed = autograd::matmul(a, b);
+    REQUIRE(bit_equal(mixed.value(), amp::matmul<amp::mixed_bf16>(a, b).value()));
+    REQUIRE_FALSE(bit_equal(mixed.value(), plain.value()));
+    {
+      amp::autocast<amp::fp32> off;
+      REQUIRE(bit_equal(autograd::matmul(a, b).value(), plain.value()));
+    }
+    REQUIRE(bit_equal(autograd::matmul(a, b).value(), mixed.value()));  // restored
+  }
+  REQUIRE(bit_equal(autograd::matmul(a, b).value(), plain.value()));  // the scope is gone
+}
+
+TEST_CASE("train_step under bf16 trains a user module and refuses one that reaches no GEMM", "[amp][autocast]") {
+  generator gen(8);
+  auto net = std::make_shared<residual_net>(gen);
+  optim::sgd opt(net->parameters(), {.lr = 0.05});
+  train::train_step<residual_net, optim::sgd<float>, amp::mixed_bf16> step(*net, opt);
+  std::mt19937 rng(9);
+  const ftensor x = random_float({8, 1, 6, 6}, rng), target = random_float({8, 5}, rng);
+  double first = 0, last = 0;
+  for (int i = 0; i < 20; ++i) {
+    const auto r = step(x, [&](const fvar& out) { return autograd::mse_loss(out, fvar(target)); });
+    (i == 0 ? first : last) = r.loss;
+  }
+  CHECK(last < first);
+
+  auto flat = std::make_shared<scale_only>();
+  optim::sgd opt2(flat->parameters(), {.lr = 0.05});
+  train::train_step<scale_only, optim::sgd<float>, amp::mixed_bf16> bad(*flat, opt2);
+  REQUIRE_THROWS_AS(bad(target, [&](const fvar& out) { return autograd::mse_loss(out, fvar(target)); }), usage_error);
+  REQUIRE_THROWS_WITH(bad(target, [&](const fvar& out) { return autograd::mse_loss(out, fvar(target)); }),
+                      Catch::Contains("scale_only") && Catch::Contains("bf16"));
+}
