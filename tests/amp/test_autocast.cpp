@@ -141,3 +141,71 @@ TEST_CASE("train_step under bf16 trains a user module and refuses one that reach
   REQUIRE_THROWS_WITH(bad(target, [&](const fvar& out) { return autograd::mse_loss(out, fvar(target)); }),
                       Catch::Contains("scale_only") && Catch::Contains("bf16"));
 }
+
+namespace {
+
+// A residual block as its own module (dropout inside: the recompute must replay its mask).
+class residual_block : public nn::module<float> {
+ public:
+  residual_block(index_t c, generator& gen)
+      : c1_(register_module("c1", std::make_shared<nn::conv2d<>>(c, c, 3, nn::conv2d_options{.padding = {1, 1}}, gen))),
+        c2_(register_module("c2", std::make_shared<nn::conv2d<>>(c, c, 3, nn::conv2d_options{.padding = {1, 1}}, gen))),
+        drop_(register_module("drop", std::make_shared<nn::dropout<>>(0.25))) {}
+  std::string_view type_name() const override { return "residual_block"; }
+  fvar forward(const fvar& x) override { return x + drop_->forward(c2_->forward(autograd::relu(c1_->forward(x)))); }
+
+ private:
+  std::shared_ptr<nn::conv2d<>> c1_, c2_;
+  std::shared_ptr<nn::dropout<>> drop_;
+};
+
+// A user network that names its segments: forward is stem, block, block, head in turn.
+class segmented_net : public nn::module<float> {
+ public:
+  explicit segmented_net(generator& gen)
+      : stem_(register_module("stem", nn::make_sequential(std::make_shared<nn::conv2d<>>(
+                                                               1, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen),
+                                                           std::make_shared<nn::relu<>>()))),
+        b1_(register_module("b1", std::make_shared<residual_block>(4, gen))),
+        b2_(register_module("b2", std::make_shared<residual_block>(4, gen))),
+        head_(register_module("head", nn::make_sequential(std::make_shared<nn::flatten<>>(),
+                                                           std::make_shared<nn::linear<>>(4 * 6 * 6, 5, true, gen)))) {}
+  std::string_view type_name() const override { return "segmented_net"; }
+  std::vector<nn::module<float>*> segments() { return {stem_.get(), b1_.get(), b2_.get(), head_.get()}; }
+  fvar forward(const fvar& x) override {
+    fvar h = x;
+    for (auto* s : segments()) h = s->forward(h);
+    return h;
+  }
+
+ private:
+  std::shared_ptr<nn::sequential<>> stem_;
+  std::shared_ptr<residual_block> b1_, b2_;
+  std::shared_ptr<nn::sequential<>> head_;
+};
+
+template <class P, class R>
+std::vector<std::vector<float>> grads_after_steps(int steps) {
+  generator gen(11);
+  auto net = std::make_shared<segmented_net>(gen);
+  optim::sgd opt(net->parameters(), {.lr = 0.05});
+  train::train_step<segmented_net, optim::sgd<float>, P, amp::no_scaling, R> step(*net, opt);
+  std::mt19937 rng(12);
+  const ftensor x = random_float({4, 1, 6, 6}, rng), target = random_float({4, 5}, rng);
+  manual_seed(13);
+  for (int i = 0; i < steps; ++i) step(x, [&](const fvar& out) { return autograd::mse_loss(out, fvar(target)); });
+  std::vector<std::vector<float>> g;
+  for (const auto& p : net->parameters()) g.push_back(p.grad().to_vector());
+  return g;
+}
+
+}  // namespace
+
+TEMPLATE_TEST_CASE("a user module that names its segments recomputes them bit for bit", "[amp][checkpoint]",
+                   amp::fp32, amp::mixed_bf16) {
+  using P = TestType;
+  static_assert(checkpoint::segmented_module<segmented_net>);
+  const auto stored = grads_after_steps<P, checkpoint::store_all>(3);
+  CHECK(grads_after_steps<P, checkpoint::sqrt_segments>(3) == stored);
+  CHECK(grads_after_steps<P, checkpoint::every_n>(3) == stored);
+}

@@ -1,4 +1,4 @@
-// expect: recompute policy other than store_all needs an nn::sequential
+// expect: recompute policy other than store_all needs an nn::sequential model or a module that names its segments
 // Recomputation needs layers to segment: a plain module with sqrt_segments is refused.
 #include "trainkit/amp/amp.hpp"
 #include "trainkit/checkpoint/checkpoint.hpp"

@@ -1,5 +1,7 @@
-// trainkit/checkpoint/sequential.hpp - recomputation over an nn::sequential: apply_recompute(policy,
-// seq, x), checkpoint_sequential(seq, segments, x), and the --checkpoint none|sqrt|every:N bridge.
+// trainkit/checkpoint/sequential.hpp - recomputation over a chain of modules - an nn::sequential, or
+// any module that names its segments (segmented_module: a user's residual network, say) -
+// apply_recompute(policy, model, x), checkpoint_sequential(seq, segments, x), and the
+// --checkpoint none|sqrt|every:N bridge.
 //
 //   auto y = checkpoint::apply_recompute(checkpoint::sqrt_segments{}, *net, x);       // fp32
 //   auto y = checkpoint::apply_recompute(checkpoint::sqrt_segments{}, *net, x,
@@ -12,6 +14,7 @@
 #pragma once
 
 #include <charconv>  // std::from_chars
+#include <concepts>
 #include <cstddef>   // std::size_t
 #include <string>
 #include <string_view>
@@ -39,15 +42,31 @@ struct default_layer_forward {
   }
 };
 
+/// A module that names its segments: its forward(x) is segments()[0], [1], ... applied in turn,
+/// so a recompute policy can split them like the layers of an nn::sequential (a residual network:
+/// stem, stages, head - each stage any module, its residual connections inside it).
+template <class M>
+concept segmented_module = requires(M& m) {
+  typename M::value_type;
+  typename M::device_type;
+  { m.segments() } -> std::convertible_to<std::vector<nn::module<typename M::value_type, typename M::device_type>*>>;
+};
+
 namespace detail {
-/// The default generator plus the generator of every nn::dropout inside layers [b, e) of seq.
+/// The default generator plus the generator of every nn::dropout inside layers [b, e).
 template <class T, class D>
-preserve_rng rng_of(const nn::sequential<T, D>& seq, std::size_t b, std::size_t e) {
+preserve_rng rng_of(const std::vector<nn::module<T, D>*>& layers, std::size_t b, std::size_t e) {
   preserve_rng r;
   for (std::size_t i = b; i < e; ++i)
-    for (const auto& [name, m] : seq[i]->named_modules())
+    for (const auto& [name, m] : layers[i]->named_modules())
       if (const auto* d = dynamic_cast<const nn::dropout<T, D>*>(m)) r.generators.push_back(&d->rng());
   return r;
+}
+template <class T, class D>
+std::vector<nn::module<T, D>*> layers_of(nn::sequential<T, D>& seq) {
+  std::vector<nn::module<T, D>*> v;
+  for (std::size_t i = 0; i < seq.size(); ++i) v.push_back(seq[i].get());
+  return v;
 }
 
 /// Checks that a policy's segments cover [0, n) in order.
@@ -65,30 +84,47 @@ inline void check_segments(const std::vector<segment>& segs, std::size_t n, std:
 }
 }  // namespace detail
 
-/// seq(x) with the layers split into segments by policy: recomputed segments run under
-/// checkpoint(), the others normally. Under no_grad it is seq(x) through layer. The sequential
-/// (and layer) must outlive the backward pass.
+/// The chain `layers` applied to x, split into segments by policy: recomputed segments run under
+/// checkpoint(), the others normally. Under no_grad it is the plain chain through layer. The
+/// modules (and layer) must outlive the backward pass.
 /// \tparam R a recompute_policy
 /// \tparam Layer callable (nn::module<T, D>&, const var<T, D>&) -> var<T, D>
 template <recompute_policy R, class T, class D, class Layer = default_layer_forward>
-autograd::var<T, D> apply_recompute(const R& policy, nn::sequential<T, D>& seq, const autograd::var<T, D>& x,
-                                    Layer layer = {}) {
+autograd::var<T, D> apply_recompute(const R& policy, const std::vector<nn::module<T, D>*>& layers,
+                                    const autograd::var<T, D>& x, Layer layer = {}) {
   using var_type = autograd::var<T, D>;
-  const std::vector<segment> segs = policy.segments(seq.size());
-  detail::check_segments(segs, seq.size(), R::name);
+  const std::vector<segment> segs = policy.segments(layers.size());
+  detail::check_segments(segs, layers.size(), R::name);
   var_type y = x;
   for (const auto& s : segs) {
-    auto run = [seq_ptr = &seq, b = s.begin, e = s.end, layer](const var_type& in) {
+    auto run = [mods = std::vector<nn::module<T, D>*>(layers.begin() + static_cast<std::ptrdiff_t>(s.begin),
+                                                     layers.begin() + static_cast<std::ptrdiff_t>(s.end)),
+                layer](const var_type& in) {
       var_type h = in;
-      for (std::size_t i = b; i < e; ++i) h = layer(*(*seq_ptr)[i], h);
+      for (auto* m : mods) h = layer(*m, h);
       return h;
     };
     if (s.recompute && autograd::is_grad_enabled())
-      y = checkpoint(detail::rng_of(seq, s.begin, s.end), std::move(run), y);
+      y = checkpoint(detail::rng_of(layers, s.begin, s.end), std::move(run), y);
     else
       y = run(y);
   }
   return y;
+}
+
+/// seq(x) with its layers split into segments by policy (see above).
+template <recompute_policy R, class T, class D, class Layer = default_layer_forward>
+autograd::var<T, D> apply_recompute(const R& policy, nn::sequential<T, D>& seq, const autograd::var<T, D>& x,
+                                    Layer layer = {}) {
+  return apply_recompute(policy, detail::layers_of(seq), x, std::move(layer));
+}
+
+/// m(x) for a module that names its segments, split by policy (see above).
+template <recompute_policy R, segmented_module M, class Layer = default_layer_forward>
+  requires(!std::derived_from<M, nn::sequential<typename M::value_type, typename M::device_type>>)
+autograd::var<typename M::value_type, typename M::device_type> apply_recompute(
+    const R& policy, M& m, const autograd::var<typename M::value_type, typename M::device_type>& x, Layer layer = {}) {
+  return apply_recompute(policy, m.segments(), x, std::move(layer));
 }
 
 /// torch.utils.checkpoint.checkpoint_sequential: seq's layers in `segments` balanced segments,
@@ -135,6 +171,13 @@ template <class T, class D, class Layer = default_layer_forward>
 autograd::var<T, D> apply_recompute(const recompute_choice& choice, nn::sequential<T, D>& seq,
                                     const autograd::var<T, D>& x, Layer layer = {}) {
   return std::visit([&](const auto& policy) { return apply_recompute(policy, seq, x, layer); }, choice);
+}
+template <segmented_module M, class Layer = default_layer_forward>
+  requires(!std::derived_from<M, nn::sequential<typename M::value_type, typename M::device_type>>)
+autograd::var<typename M::value_type, typename M::device_type> apply_recompute(
+    const recompute_choice& choice, M& m, const autograd::var<typename M::value_type, typename M::device_type>& x,
+    Layer layer = {}) {
+  return std::visit([&](const auto& policy) { return apply_recompute(policy, m.segments(), x, layer); }, choice);
 }
 
 }  // namespace trainkit::checkpoint

@@ -1,7 +1,8 @@
 // trainkit/train/train_step.hpp - train_step<Model, Optimizer, Precision, Scaler, Recompute,
 // Parallel>: one training step assembled from one model per policy axis:
 //
-//   forward      amp::forward<Precision>(model, x), through Recompute for an nn::sequential
+//   forward      amp::forward<Precision>(model, x), through Recompute for an nn::sequential or a
+//                module that names its segments (checkpoint::segmented_module)
 //   loss         the caller's function of the output
 //   backward     scaler.scale(loss / K).backward() (K = accumulation_steps, default 1; the first
 //                K - 1 micro-batches of a step inside parallel.no_sync(): no communication)
@@ -162,8 +163,9 @@ class train_step {
   static_assert(parallel_policy<Parallel>,
                 "train_step: Parallel does not satisfy trainkit::train::parallel_policy (finish())");
   static_assert(
-      std::same_as<Recompute, checkpoint::store_all> || detail::sequential_model<Model>,
-      "train_step: a recompute policy other than store_all needs an nn::sequential model (the policy "
+      std::same_as<Recompute, checkpoint::store_all> || detail::sequential_model<Model> ||
+          checkpoint::segmented_module<Model>,
+      "train_step: a recompute policy other than store_all needs an nn::sequential model or a module that names its segments (checkpoint::segmented_module; the policy "
       "splits its layers into segments)");
 
  public:
