@@ -131,6 +131,57 @@ def train_file(path, model, make_batch, optimizers, steps=3):
     w.close()
 
 
+class ResidualNet(torch.nn.Module):
+    """conv 3x3 (1->4) - relu - [conv 3x3, relu, conv 3x3] + skip - relu - flatten - linear (64->5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = torch.nn.Conv2d(1, 4, 3, padding=1)
+        self.c1 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(4, 4, 3, padding=1)
+        self.head = torch.nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        h = torch.relu(h + self.c2(torch.relu(self.c1(h))))  # the residual connection
+        return self.head(torch.flatten(h, 1))
+
+
+def residual_bf16_file(path):
+    """A residual network under torch.autocast("cpu", dtype=torch.bfloat16): the fp32 master
+    parameters, one batch, and the logits, cross-entropy loss and parameter gradients of one
+    forward/backward - plus the plain fp32 logits and loss (the same model without autocast).
+
+    Under CPU autocast every conv2d and linear casts its input, weight and bias to bf16 and returns
+    bf16 (fp32 accumulation, the bias added before the one rounding of the result); relu and the
+    residual add run on those bf16 tensors; the loss is computed in fp32 on the logits. The .grad of
+    each fp32 parameter is the bf16 gradient of its bf16 copy, widened back to fp32."""
+    torch.manual_seed(4321)  # independent of the files written before this one
+    model = ResidualNet()
+    w = Writer(path)
+    for k, v in model.state_dict().items():
+        w.put(f"init.{k}", v)
+    x, y = torch.randn(4, 1, 4, 4), torch.randint(0, 5, (4,))
+    w.put("x", x)
+    w.put("y", y)
+    with torch.no_grad():
+        out32 = model(x)
+    w.put("fp32.out", out32)
+    w.put("fp32.loss", F.cross_entropy(out32, y).reshape(1))
+    model.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x)
+        assert out.dtype == torch.bfloat16
+        loss = F.cross_entropy(out.float(), y)  # fp32, as autocast runs losses
+    loss.backward()
+    w.put("bf16.out", out)
+    w.put("bf16.loss", loss.reshape(1))
+    for k, p in model.named_parameters():
+        assert p.dtype == torch.float32 and p.grad.dtype == torch.float32
+        w.put(f"bf16.grad.{k}", p.grad)
+    w.close()
+
+
 def main():
     ops_file()
     mlp = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
@@ -145,6 +196,7 @@ def main():
     train_file(os.path.join(HERE, "cnn.txt"), cnn, lambda: (torch.randn(4, 1, 12, 12), torch.randint(0, 10, (4,))),
                [("sgd", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True)),
                 ("adam", lambda p: torch.optim.Adam(p, lr=1e-3))])
+    residual_bf16_file(os.path.join(HERE, "residual_bf16.txt"))
 
 
 if __name__ == "__main__":
