@@ -159,12 +159,13 @@ class residual_block : public nn::module<float> {
   std::shared_ptr<nn::dropout<>> drop_;
 };
 
-// A user network that names its segments: forward is stem, block, block, head in turn.
+// A user network that names its segments: forward is stem (with batch norm), block, block, head.
 class segmented_net : public nn::module<float> {
  public:
   explicit segmented_net(generator& gen)
       : stem_(register_module("stem", nn::make_sequential(std::make_shared<nn::conv2d<>>(
                                                                1, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen),
+                                                           std::make_shared<nn::batch_norm2d<>>(4),
                                                            std::make_shared<nn::relu<>>()))),
         b1_(register_module("b1", std::make_shared<residual_block>(4, gen))),
         b2_(register_module("b2", std::make_shared<residual_block>(4, gen))),
@@ -196,6 +197,9 @@ std::vector<std::vector<float>> grads_after_steps(int steps) {
   for (int i = 0; i < steps; ++i) step(x, [&](const fvar& out) { return autograd::mse_loss(out, fvar(target)); });
   std::vector<std::vector<float>> g;
   for (const auto& p : net->parameters()) g.push_back(p.grad().to_vector());
+  // The batch norm's running statistics: updated once per step, not again by the recomputation.
+  for (const auto& [name, t] : net->named_buffers())
+    if (name.find("running") != std::string::npos) g.push_back(t.to_vector());
   return g;
 }
 

@@ -8,7 +8,28 @@ inline bool& grad_mode_flag() noexcept {
   thread_local bool enabled = true;
   return enabled;
 }
+inline bool& recompute_flag() noexcept {
+  thread_local bool recomputing = false;
+  return recomputing;
+}
 }  // namespace detail
+
+/// True while gradient checkpointing re-runs a forward in backward on this thread: layers with
+/// side effects on their state (batch norm's running statistics) skip them, so a recomputed
+/// segment leaves the model as a stored one does.
+inline bool is_recomputing() noexcept { return detail::recompute_flag(); }
+
+/// RAII scope of a recomputation (checkpoint/function.hpp sets it).
+class recomputing {
+ public:
+  recomputing() noexcept : prev_(detail::recompute_flag()) { detail::recompute_flag() = true; }
+  ~recomputing() { detail::recompute_flag() = prev_; }
+  recomputing(const recomputing&) = delete;
+  recomputing& operator=(const recomputing&) = delete;
+
+ private:
+  bool prev_;
+};
 
 /// True when ops on vars that require grad record the graph (the default).
 inline bool is_grad_enabled() noexcept { return detail::grad_mode_flag(); }

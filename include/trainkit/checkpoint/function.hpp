@@ -116,6 +116,7 @@ class checkpoint_node final : public autograd::node<T, D> {
     {
       rng_replay replay(rng_);
       autograd::enable_grad recording;
+      autograd::recomputing again;  // batch norm does not update its running statistics twice
       out = std::apply(*fn_, in);
     }
     std::vector<tensor_type> r(N);

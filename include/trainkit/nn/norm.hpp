@@ -49,7 +49,10 @@ class batch_norm_base : public module<T, Device> {
     TRAINKIT_CHECK(x.size(1) == c_, shape_error, op,
                    "expected " << c_ << " channels in dimension 1, got sizes " << to_string(x.sizes()));
     double factor = o_.momentum.value_or(0.0);
-    if (this->is_training() && o_.track_running_stats) {
+    // A checkpoint's recomputation (autograd::is_recomputing) normalises with the batch statistics
+    // again but leaves the running statistics and the counter as the first forward left them.
+    const bool update_stats = this->is_training() && o_.track_running_stats && !autograd::is_recomputing();
+    if (update_stats) {
       apply_(functors::add_scalar<double>{1.0}, *num_batches_tracked_);
       if (!o_.momentum) factor = 1.0 / static_cast<double>(num_batches_tracked_->item());
     }
@@ -61,8 +64,9 @@ class batch_norm_base : public module<T, Device> {
           "expected more than 1 value per channel when training, got input sizes " << to_string(x.sizes()));
     }
     tensor_type none_mean, none_var;
-    tensor_type& rm = o_.track_running_stats ? *running_mean_ : none_mean;
-    tensor_type& rv = o_.track_running_stats ? *running_var_ : none_var;
+    const bool pass_stats = o_.track_running_stats && (update_stats || !use_batch_stats);
+    tensor_type& rm = pass_stats ? *running_mean_ : none_mean;
+    tensor_type& rv = pass_stats ? *running_var_ : none_var;
     return autograd::batch_norm(x, weight_ ? *weight_ : var_type(), bias_ ? *bias_ : var_type(), rm, rv,
                                 use_batch_stats, factor, o_.eps);
   }
