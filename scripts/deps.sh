@@ -11,6 +11,7 @@ TRAINKIT_DEBIAN_PACKAGES=(
   doxygen           # the API reference: scripts/docs.sh, ctest docs_doxygen (fails on any warning)
   libopenblas-dev   # CBLAS: GEMM and friends
   libopenblas-openmp-dev  # the OpenMP build of OpenBLAS: shares the thread pool with our kernels
+  libdnnl-dev       # oneDNN: bf16 GEMM (AVX512-BF16/AMX) and faster small fp32 GEMMs on the CPU
   catch2            # Catch2 v2, <catch2/catch.hpp>
   zlib1g-dev        # gzip'd IDX files
   libbenchmark-dev  # benchmarks/

@@ -1,5 +1,7 @@
 // trainkit/backend/cpu/im2col.hpp - unfold/fold on the host, and convolution as im2col + GEMM
 // parallel over the images of the batch (one column buffer per thread, single-threaded GEMMs).
+// With oneDNN (TRAINKIT_HAS_ONEDNN) and the onednn route (TRAINKIT_CPU_CONV, the default there)
+// the fp32/bf16 passes run on oneDNN's convolution primitives (backend/cpu/onednn_conv.hpp).
 #pragma once
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "trainkit/backend/blas.hpp"
+#include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_conv2d_*, cpu_conv_route
 #include "trainkit/backend/im2col.hpp"
 #include "trainkit/config.hpp"
 #include "trainkit/core/dtype.hpp"
@@ -115,6 +118,9 @@ struct convolution<cpu> {
   template <class T>
   static void forward(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels, const T* x,
                       const T* w, const T* bias, T* y) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_conv2d_forward(g, groups, batch, out_channels, x, w, bias, y)) return;
+#endif
     const index_t l = g.col_cols(), kg = g.col_rows() / groups, og = out_channels / groups;
     for_images<T>(g, batch, out_channels, [&](index_t n, T* col) {
       const T* cols = columns(g, x + n * g.image_size(), col);
@@ -131,6 +137,9 @@ struct convolution<cpu> {
   template <class T>
   static void backward_input(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
                              const T* gy, const T* w, T* gx) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_conv2d_backward_input(g, groups, batch, out_channels, gy, w, gx)) return;
+#endif
     const index_t l = g.col_cols(), kg = g.col_rows() / groups, og = out_channels / groups;
     const bool direct = is_pointwise(g);
     for_images<T>(g, batch, out_channels, [&](index_t n, T* col) {
@@ -148,6 +157,9 @@ struct convolution<cpu> {
   template <class T>
   static void backward_weight(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
                               const T* gy, const T* x, T* gw) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_conv2d_backward_weight(g, groups, batch, out_channels, gy, x, gw)) return;
+#endif
     const index_t l = g.col_cols(), kg = g.col_rows() / groups, og = out_channels / groups;
     const index_t wsize = out_channels * kg;
     // Each thread sums its images into its own copy of dW; the copies are added in thread order.

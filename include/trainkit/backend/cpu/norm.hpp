@@ -1,4 +1,6 @@
-// trainkit/backend/cpu/norm.hpp - batch norm and layer norm on the host (OpenMP).
+// trainkit/backend/cpu/norm.hpp - batch norm and layer norm on the host (OpenMP). With oneDNN and
+// the onednn route (TRAINKIT_CPU_CONV) fp32/bf16 batch norm runs on oneDNN's primitives
+// (backend/cpu/onednn_conv.hpp; the running statistics are still updated here).
 //
 // Statistics are accumulated in double whatever T is: a channel of a batch-norm input easily
 // holds 10^5 values, where a float sum loses digits, and the extra cost is nothing next to the
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_batch_norm_*, cpu_conv_route
 #include "trainkit/backend/cpu/parallel_for.hpp"
 #include "trainkit/backend/norm.hpp"
 #include "trainkit/config.hpp"
@@ -24,6 +27,11 @@ struct norm<cpu> {
   static void batch_norm_train(const T* x, index_t n, index_t c, index_t s, const T* weight, const T* bias,
                                double eps, double momentum, T* running_mean, T* running_var, T* y, S* save_mean,
                                S* save_invstd) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_batch_norm_train(x, n, c, s, weight, bias, eps, momentum, running_mean,
+                                                               running_var, y, save_mean, save_invstd))
+      return;
+#endif
     const index_t m = n * s;
     detail::parallel_for(c, m * 2, [&](index_t ch) {
       // One pass: sums of d = x - k and d^2 with k the channel's first value, so the variance
@@ -60,6 +68,11 @@ struct norm<cpu> {
   static void batch_norm_eval(const T* x, index_t n, index_t c, index_t s, const T* weight, const T* bias,
                               const T* running_mean, const T* running_var, double eps, T* y, S* save_mean,
                               S* save_invstd) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() &&
+        onednn_batch_norm_eval(x, n, c, s, weight, bias, running_mean, running_var, eps, y, save_mean, save_invstd))
+      return;
+#endif
     for (index_t ch = 0; ch < c; ++ch) {
       save_mean[ch] = S(running_mean[ch]);
       save_invstd[ch] = S(1.0 / std::sqrt(double(running_var[ch]) + eps));
@@ -73,6 +86,11 @@ struct norm<cpu> {
   static void batch_norm_backward(const T* g, const T* x, index_t n, index_t c, index_t s, const T* weight,
                                   const S* save_mean, const S* save_invstd, bool training, T* dx, T* dweight,
                                   T* dbias) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() &&
+        onednn_batch_norm_backward(g, x, n, c, s, weight, save_mean, save_invstd, training, dx, dweight, dbias))
+      return;
+#endif
     const index_t m = n * s;
     detail::parallel_for(c, m * 3, [&](index_t ch) {
       const double mean = double(save_mean[ch]), invstd = double(save_invstd[ch]);

@@ -1,10 +1,13 @@
 // trainkit/backend/cpu/pool.hpp - max and average pooling on the host, parallel over planes.
+// With oneDNN and the onednn route (TRAINKIT_CPU_CONV) fp32/bf16 pooling runs on oneDNN's
+// primitives (backend/cpu/onednn_conv.hpp); max pooling's backward is the scatter below either way.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
+#include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_*_pool2d*, cpu_conv_route
 #include "trainkit/backend/pool.hpp"
 #include "trainkit/config.hpp"
 #include "trainkit/core/dtype.hpp"
@@ -15,6 +18,9 @@ template <>
 struct pool<cpu> {
   template <class T>
   static void max_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y, std::int64_t* argmax) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_max_pool2d_forward(g, planes, x, y, argmax)) return;
+#endif
     using C = compute_t<T>;
     for_planes(g, planes, [&](index_t p) {
       const T* xp = x + p * g.height * g.width;
@@ -60,6 +66,9 @@ struct pool<cpu> {
 
   template <class T>
   static void avg_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_avg_pool2d(false, g, planes, x, y)) return;
+#endif
     using C = compute_t<T>;
     using A = accumulate_t<T>;
     const A inv = A(1) / A(g.kernel_h * g.kernel_w);
@@ -83,6 +92,9 @@ struct pool<cpu> {
 
   template <class T>
   static void avg_backward(const pool2d_geometry& g, index_t planes, const T* gy, T* gx) {
+#if TRAINKIT_HAS_ONEDNN
+    if (detail::use_onednn_cnn<T>() && onednn_avg_pool2d(true, g, planes, gy, gx)) return;
+#endif
     using C = compute_t<T>;
     const C inv = C(1) / C(g.kernel_h * g.kernel_w);
     for_planes(g, planes, [&](index_t p) {

@@ -1,0 +1,267 @@
+// trainkit/backend/cpu/onednn.hpp - CPU GEMM through oneDNN's matmul primitive, and the choice
+// between it and OpenBLAS (TRAINKIT_CPU_GEMM).
+//
+// Why: Debian's OpenBLAS 0.3.21 exports no sbgemm, so without oneDNN a bfloat16 GEMM widens its
+// operands to fp32; oneDNN multiplies bfloat16 natively (AVX512-BF16/AMX brgemm kernels, fp32
+// accumulation) and is faster than sgemm on the small fp32 products of the MLP/CNN steps
+// (figures: benchmarks/README.md). The oneDNN part exists only with TRAINKIT_HAS_ONEDNN (CMake:
+// TRAINKIT_ONEDNN, on when libdnnl is found); the route selection exists in every build.
+#pragma once
+
+#include <atomic>
+#include <cstdlib>  // std::getenv
+#include <string_view>
+
+#include "trainkit/config.hpp"  // TRAINKIT_CUDA_COMPILER
+#include "trainkit/core/error.hpp"
+#include "trainkit/core/shape.hpp"  // index_t
+
+#if !defined(TRAINKIT_HAS_ONEDNN)
+#define TRAINKIT_HAS_ONEDNN 0
+#endif
+// nvcc 13's front end aborts on <dnnl.hpp> (internal error in stl_construct.h): .cu files take the
+// OpenBLAS path for their host-side CPU GEMMs.
+#if TRAINKIT_HAS_ONEDNN && TRAINKIT_CUDA_COMPILER
+#undef TRAINKIT_HAS_ONEDNN
+#define TRAINKIT_HAS_ONEDNN 0
+#endif
+
+#if TRAINKIT_HAS_ONEDNN
+#include <dnnl.hpp>  // dnnl::engine, dnnl::stream, dnnl::matmul
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>  // std::hash
+#include <memory>
+#include <mutex>
+#include <new>  // std::align_val_t
+#include <type_traits>
+#include <unordered_map>
+
+#include "trainkit/core/bfloat16.hpp"
+#include "trainkit/core/device.hpp"  // detail::dependent_false
+#include "trainkit/core/dtype.hpp"
+#include "trainkit/core/half.hpp"
+#endif
+
+namespace trainkit::backend {
+
+/// Which library runs the CPU GEMMs. automatic: oneDNN for bfloat16 (and half where oneDNN
+/// supports it on this CPU), and for fp32 products that onednn_prefers_f32() picks; OpenBLAS for
+/// the rest. openblas: OpenBLAS only, 16-bit floats widened to fp32 (the build without oneDNN).
+/// onednn: oneDNN wherever it has a kernel. Without oneDNN every setting means openblas.
+enum class cpu_gemm_route { automatic, openblas, onednn };
+
+namespace detail {
+/// "auto" / "" / unset, "openblas", "onednn"; anything else is a value_error.
+inline cpu_gemm_route parse_cpu_gemm_route(const char* value) {
+  const std::string_view v = value ? value : "";
+  if (v.empty() || v == "auto") return cpu_gemm_route::automatic;
+  if (v == "openblas") return cpu_gemm_route::openblas;
+  if (v == "onednn") return cpu_gemm_route::onednn;
+  TRAINKIT_CHECK(false, value_error, "TRAINKIT_CPU_GEMM",
+                 "'" << v << "' is not one of openblas, onednn, auto");
+  return cpu_gemm_route::automatic;
+}
+
+/// The route in force: TRAINKIT_CPU_GEMM read once, at the first GEMM; set_cpu_gemm_route changes it.
+inline std::atomic<cpu_gemm_route>& cpu_gemm_route_state() {
+  static std::atomic<cpu_gemm_route> route{parse_cpu_gemm_route(std::getenv("TRAINKIT_CPU_GEMM"))};
+  return route;
+}
+}  // namespace detail
+
+/// The route the CPU GEMMs take now.
+inline cpu_gemm_route get_cpu_gemm_route() { return detail::cpu_gemm_route_state().load(std::memory_order_relaxed); }
+
+/// Overrides TRAINKIT_CPU_GEMM for the rest of the process (tests, benchmarks).
+inline void set_cpu_gemm_route(cpu_gemm_route r) { detail::cpu_gemm_route_state().store(r, std::memory_order_relaxed); }
+
+/// The fp32 rule of the automatic route, measured with bench_gemm on a 2-vCPU AVX-512 VM (figures
+/// in benchmarks/README.md): oneDNN is ~10 % faster from 1 M multiply-adds (the MLP/CNN products,
+/// the per-image convolution GEMMs) to 512^3; below, its ~8 us call overhead loses (M or K ~10);
+/// from 1024^3 OpenBLAS is as fast or faster.
+inline bool onednn_prefers_f32(index_t m, index_t n, index_t k) {
+  const double work = double(m) * double(n) * double(k);
+  return work >= double(1 << 20) && work < double(1 << 28);
+}
+
+#if TRAINKIT_HAS_ONEDNN
+
+namespace detail {
+
+template <class T>
+constexpr dnnl::memory::data_type onednn_type() {
+  if constexpr (std::is_same_v<T, float>) return dnnl::memory::data_type::f32;
+  else if constexpr (std::is_same_v<T, bfloat16>) return dnnl::memory::data_type::bf16;
+  else if constexpr (std::is_same_v<T, half>) return dnnl::memory::data_type::f16;
+  else static_assert(::trainkit::detail::dependent_false<T>, "oneDNN GEMM: float, bfloat16 or half");
+}
+static_assert(sizeof(bfloat16) == 2 && sizeof(half) == 2, "16-bit floats must be their bits (oneDNN reads them)");
+
+/// What identifies a matmul primitive: shapes, layouts, type, and the alpha/beta baked into it.
+struct onednn_gemm_key {
+  index_t m, n, k, lda, ldb, ldc;
+  bool trans_a, trans_b;
+  dnnl::memory::data_type type;
+  double alpha, beta;
+  bool operator==(const onednn_gemm_key&) const = default;
+};
+struct onednn_gemm_key_hash {
+  std::size_t operator()(const onednn_gemm_key& key) const noexcept {
+    std::size_t h = std::hash<int>()(int(key.type) * 4 + int(key.trans_a) * 2 + int(key.trans_b));
+    auto mix = [&h](std::size_t v) { h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    for (index_t v : {key.m, key.n, key.k, key.lda, key.ldb, key.ldc}) mix(std::hash<index_t>()(v));
+    mix(std::hash<double>()(key.alpha));
+    mix(std::hash<double>()(key.beta));
+    return h;
+  }
+};
+
+/// A created primitive, or none where oneDNN has no kernel for it (f16 without AVX512-FP16).
+struct onednn_gemm_entry {
+  bool supported = false;
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c;
+  std::size_t scratchpad_bytes = 0;
+};
+
+/// One CPU engine per process and a bounded cache of primitives (creating one costs 10-100 us,
+/// more than a small GEMM). Entries are shared_ptr: clearing the cache never pulls a primitive
+/// from under a thread that is running it.
+class onednn_context {
+ public:
+  static onednn_context& get() {
+    static onednn_context ctx;
+    return ctx;
+  }
+
+  dnnl::engine& engine() { return engine_; }
+
+  /// The primitive for `key`, created on first use. Primitive creation errors other than
+  /// "unimplemented" propagate as dnnl::error.
+  std::shared_ptr<const onednn_gemm_entry> find(const onednn_gemm_key& key) {
+    {
+      std::lock_guard lock(mutex_);
+      if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    }
+    auto entry = create(key);  // outside the lock: another thread may create the same one, harmless
+    std::lock_guard lock(mutex_);
+    if (cache_.size() >= max_entries) cache_.clear();
+    return cache_.emplace(key, std::move(entry)).first->second;
+  }
+
+  std::size_t size() {
+    std::lock_guard lock(mutex_);
+    return cache_.size();
+  }
+
+  static constexpr std::size_t max_entries = 1024;
+
+ private:
+  onednn_context() : engine_(dnnl::engine::kind::cpu, 0) {}
+
+  std::shared_ptr<const onednn_gemm_entry> create(const onednn_gemm_key& key) {
+    using dims = dnnl::memory::dims;
+    auto e = std::make_shared<onednn_gemm_entry>();
+    // Row-major with row strides lda/ldb/ldc; a transposed operand is the same memory with the
+    // strides swapped.
+    e->a = dnnl::memory::desc(dims{key.m, key.k}, key.type, key.trans_a ? dims{1, key.lda} : dims{key.lda, 1});
+    e->b = dnnl::memory::desc(dims{key.k, key.n}, key.type, key.trans_b ? dims{1, key.ldb} : dims{key.ldb, 1});
+    e->c = dnnl::memory::desc(dims{key.m, key.n}, key.type, dims{key.ldc, 1});
+    dnnl::primitive_attr attr;
+    // User scratchpad: this libdnnl is built without DNNL_ENABLE_CONCURRENT_EXEC, so its own
+    // scratchpad is shared between primitives, and the CPU backend runs GEMMs from several threads.
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    if (key.alpha != 1.0) attr.set_output_scales(0, {float(key.alpha)});  // scales the fp32 accumulator
+    if (key.beta != 0.0) {  // C = alpha * A B + beta * C, summed in fp32 and rounded once
+      dnnl::post_ops ops;
+      ops.append_sum(float(key.beta));
+      attr.set_post_ops(ops);
+    }
+    try {
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine_);
+      e->scratchpad_bytes = pd.scratchpad_desc().get_size();
+      e->primitive = dnnl::matmul(pd);
+      e->supported = true;
+    } catch (const dnnl::error& err) {
+      if (err.status != dnnl_unimplemented) throw;
+    }
+    return e;
+  }
+
+  dnnl::engine engine_;
+  std::mutex mutex_;
+  std::unordered_map<onednn_gemm_key, std::shared_ptr<const onednn_gemm_entry>, onednn_gemm_key_hash> cache_;
+};
+
+/// Per-thread stream and scratchpad (64-byte aligned, grown as needed).
+struct onednn_thread_state {
+  dnnl::stream stream{onednn_context::get().engine()};
+  std::unique_ptr<std::byte[], void (*)(std::byte*)> scratchpad{nullptr, [](std::byte*) {}};
+  std::size_t scratchpad_bytes = 0;
+
+  void* scratch(std::size_t bytes) {
+    if (bytes > scratchpad_bytes) {
+      scratchpad = {static_cast<std::byte*>(::operator new(bytes, std::align_val_t(64))),
+                    [](std::byte* p) { ::operator delete(p, std::align_val_t(64)); }};
+      scratchpad_bytes = bytes;
+    }
+    return scratchpad.get();
+  }
+  static onednn_thread_state& get() {
+    thread_local onednn_thread_state state;
+    return state;
+  }
+};
+
+}  // namespace detail
+
+/// C = alpha * op(A) op(B) + beta * C through a cached oneDNN matmul, with the conventions of
+/// blas<cpu>::gemm (row-major, op(A) M x K, op(B) K x N, row strides lda/ldb/ldc). T is float,
+/// bfloat16 or half; the products accumulate in fp32 and C is rounded to T once. Returns false,
+/// computing nothing, where oneDNN has no kernel for it (half on most CPUs, K = 0): the caller
+/// falls back to OpenBLAS. Any other oneDNN failure is a runtime_failure naming the shapes.
+template <class T>
+bool onednn_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double alpha, const T* a, index_t lda,
+                 const T* b, index_t ldb, double beta, T* c, index_t ldc) {
+  if (m == 0 || n == 0) return true;
+  if (k == 0) return false;  // C = beta * C: no matmul to describe
+  const detail::onednn_gemm_key key{m, n, k, lda, ldb, ldc, trans_a, trans_b, detail::onednn_type<T>(), alpha, beta};
+  try {
+    auto entry = detail::onednn_context::get().find(key);
+    if (!entry->supported) return false;
+    auto& eng = detail::onednn_context::get().engine();
+    auto& state = detail::onednn_thread_state::get();
+    dnnl::memory ma(entry->a, eng, const_cast<T*>(a)), mb(entry->b, eng, const_cast<T*>(b)), mc(entry->c, eng, c);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    if (entry->scratchpad_bytes > 0) {
+      const dnnl::memory::desc sd({dnnl::memory::dim(entry->scratchpad_bytes)}, dnnl::memory::data_type::u8,
+                                  dnnl::memory::format_tag::a);
+      args.emplace(DNNL_ARG_SCRATCHPAD, dnnl::memory(sd, eng, state.scratch(entry->scratchpad_bytes)));
+    }
+    entry->primitive.execute(state.stream, args);
+    state.stream.wait();
+  } catch (const dnnl::error& e) {
+    TRAINKIT_CHECK(false, runtime_failure, "gemm (oneDNN matmul)",
+                   dtype_name<T>() << " M=" << m << " N=" << n << " K=" << k << " trans_a=" << trans_a
+                                   << " trans_b=" << trans_b << " lda=" << lda << " ldb=" << ldb << " ldc=" << ldc
+                                   << " alpha=" << alpha << " beta=" << beta << ": " << e.what() << " (status "
+                                   << int(e.status) << ")");
+  }
+  return true;
+}
+
+/// Whether oneDNN runs T's GEMM on this CPU (half needs AVX512-FP16 or AMX-FP16 in oneDNN 2.x).
+template <class T>
+bool onednn_supports() {
+  static const bool ok = [] {
+    const detail::onednn_gemm_key key{16, 16, 16, 16, 16, 16, false, false, detail::onednn_type<T>(), 1.0, 0.0};
+    return detail::onednn_context::get().find(key)->supported;
+  }();
+  return ok;
+}
+
+#endif  // TRAINKIT_HAS_ONEDNN
+
+}  // namespace trainkit::backend
