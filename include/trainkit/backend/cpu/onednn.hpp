@@ -53,15 +53,19 @@ namespace trainkit::backend {
 enum class cpu_gemm_route { automatic, openblas, onednn };
 
 namespace detail {
-/// "auto" / "" / unset, "openblas", "onednn"; anything else is a value_error.
-inline cpu_gemm_route parse_cpu_gemm_route(const char* value) {
+/// A route variable's value: "auto" / "" / unset -> automatic, `builtin` -> the built-in library,
+/// "onednn"; anything else is a value_error naming the variable. Route: {automatic, builtin, onednn}.
+template <class Route>
+Route parse_route(const char* value, std::string_view variable, std::string_view builtin) {
   const std::string_view v = value ? value : "";
-  if (v.empty() || v == "auto") return cpu_gemm_route::automatic;
-  if (v == "openblas") return cpu_gemm_route::openblas;
-  if (v == "onednn") return cpu_gemm_route::onednn;
-  TRAINKIT_CHECK(false, value_error, "TRAINKIT_CPU_GEMM",
-                 "'" << v << "' is not one of openblas, onednn, auto");
-  return cpu_gemm_route::automatic;
+  if (v.empty() || v == "auto") return Route::automatic;
+  if (v == "onednn") return Route::onednn;
+  TRAINKIT_CHECK(v == builtin, value_error, variable,
+                 "'" << v << "' is not one of " << builtin << ", onednn, auto");
+  return static_cast<Route>(1);
+}
+inline cpu_gemm_route parse_cpu_gemm_route(const char* value) {
+  return parse_route<cpu_gemm_route>(value, "TRAINKIT_CPU_GEMM", "openblas");
 }
 
 /// The route in force: TRAINKIT_CPU_GEMM read once, at the first GEMM; set_cpu_gemm_route changes it.

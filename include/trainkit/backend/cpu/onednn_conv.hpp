@@ -58,12 +58,7 @@ enum class cpu_conv_route { automatic, im2col, onednn };
 namespace detail {
 /// "auto" / "" / unset (automatic), "im2col", "onednn"; anything else is a value_error.
 inline cpu_conv_route parse_cpu_conv_route(const char* value) {
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "auto") return cpu_conv_route::automatic;
-  if (v == "onednn") return cpu_conv_route::onednn;
-  if (v == "im2col") return cpu_conv_route::im2col;
-  TRAINKIT_CHECK(false, value_error, "TRAINKIT_CPU_CONV", "'" << v << "' is not one of im2col, onednn, auto");
-  return cpu_conv_route::im2col;
+  return parse_route<cpu_conv_route>(value, "TRAINKIT_CPU_CONV", "im2col");
 }
 
 /// The route in force: TRAINKIT_CPU_CONV read once, at the first use; set_cpu_conv_route changes it.
