@@ -28,6 +28,7 @@
 #include "trainkit/autograd/ops/linalg.hpp"
 #include "trainkit/autograd/ops/linear.hpp"
 #include "trainkit/backend/im2col.hpp"  // backend::convolution, conv2d_geometry
+#include "trainkit/backend/cpu/onednn.hpp"  // TRAINKIT_HAS_ONEDNN
 #include "trainkit/config.hpp"
 #include "trainkit/ops/elementwise.hpp"
 #include "trainkit/ops/linalg.hpp"
@@ -41,6 +42,12 @@ namespace detail {
 /// backend specialises it for half and bfloat16). False: operands are widened to fp32 first.
 template <class Device, class Compute>
 inline constexpr bool native_gemm = false;
+#if TRAINKIT_HAS_ONEDNN
+/// With oneDNN the CPU multiplies bfloat16 itself (blas<cpu> and convolution<cpu> take it to
+/// oneDNN's AVX512-BF16 kernels): the saved bf16 tensors go straight in.
+template <>
+inline constexpr bool native_gemm<cpu, bfloat16> = true;
+#endif
 
 /// The element type the GEMMs of a mixed op run on for Device.
 template <class Device, class Compute>
