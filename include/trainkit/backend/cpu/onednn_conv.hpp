@@ -37,6 +37,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>  // std::move
 #include <vector>
 
 #include "trainkit/config.hpp"
@@ -128,6 +129,8 @@ struct onednn_cnn_key_hash {
 /// has no kernel better than its reference one; the caller then runs the built-in kernel.
 struct onednn_cnn_entry {
   struct operand {
+    operand() = default;
+    operand(int a, dnnl::memory::desc u) : arg(a), user(std::move(u)) {}
     int arg = 0;                 // DNNL_ARG_*
     dnnl::memory::desc user;     // trainkit's plain layout
     dnnl::memory::desc prim;     // the primitive's
