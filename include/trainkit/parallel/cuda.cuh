@@ -95,7 +95,7 @@ struct device_reduction<cuda> {
 
     void launch(Core& c, std::size_t b) {
       if constexpr (!on_thread) {
-        check_works(c, false);
+        check_works(c);
         backend::gpu::device_guard dg(device);
         collect(c);
         ready[b].wait(side.get());
@@ -104,13 +104,9 @@ struct device_reduction<cuda> {
         t.begin.record(side.get());
         auto& flat = c.flat[b];
         if constexpr (std::is_same_v<value_type, float>) {
-          if constexpr (Core::compression_type::lossy) {
-            dist::compressed_allreduce_device(c.comm, c.compression, *residuals, flat.data(), flat.numel(), b,
-                                              dist::reduce_op::avg, ws);
-          } else {
-            dist::compressed_allreduce_device(c.comm, c.compression, unused_residuals, flat.data(), flat.numel(), b,
-                                              dist::reduce_op::avg, ws);
-          }
+          dist::device_feedback& fb = residuals ? *residuals : unused_residuals;  // lossless: never touched
+          dist::compressed_allreduce_device(c.comm, c.compression, fb, flat.data(), flat.numel(), b,
+                                            dist::reduce_op::avg, ws);
         } else {  // double: lossless, the communicator's own allreduce
           const index_t n = flat.numel();
           if (n > 0 && c.comm.size() > 1)
@@ -136,7 +132,7 @@ struct device_reduction<cuda> {
         t.begin.record(compute);
         done.wait(compute);
         t.end.record(compute);
-        check_works(c, false);
+        check_works(c);
         collect(c);
       } else {
         done.wait(compute);
@@ -203,7 +199,7 @@ struct device_reduction<cuda> {
 
     // The nccl works issued so far: completed ones are dropped, failed ones throw, and one still
     // running after the communicator's timeout is reported (wait() aborts the communicator).
-    void check_works(Core& c, bool) {
+    void check_works(Core& c) {
       if constexpr (requires { c.comm.timeout(); }) {
         const auto limit = c.comm.timeout();
         while (!pending.empty()) {
