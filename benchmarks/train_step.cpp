@@ -1,11 +1,16 @@
 // A whole training step (forward, cross-entropy, backward, SGD with momentum) of the MLP
 // 784-512-512-10 and of the two-block CNN, batch 128 - the same work compare_pytorch.py
-// times in PyTorch.
+// times in PyTorch:
+//   bm_mlp_step, bm_cnn_step        the hand-written loop in fp32
+//   bm_step/<model>/<precision>     train::train_step under fp32, mixed_bf16 or mixed_fp16 (dynamic
+//                                   loss scaling for fp16), for the MLP, the CNN and the residual
+//                                   network of examples/common/resnet.hpp (width 16, 1x28x28 input)
 #include <benchmark/benchmark.h>
 
 
 #include "trainkit/trainkit.hpp"
 
+#include "../examples/common/resnet.hpp"  // example::resnet
 #include "inputs.hpp"  // random_input, random_labels
 
 namespace {
@@ -29,15 +34,18 @@ void run_steps(benchmark::State& st, Model& model, const tk::tensor<float>& x, c
   st.counters["samples/s"] = benchmark::Counter(double(x.size(0)), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void bm_mlp_step(benchmark::State& st) {
-  auto model = nn::make_sequential(std::make_shared<nn::linear<>>(784, 512), std::make_shared<nn::relu<>>(),
+auto make_mlp() {
+  return nn::make_sequential(std::make_shared<nn::linear<>>(784, 512), std::make_shared<nn::relu<>>(),
                                    std::make_shared<nn::linear<>>(512, 512), std::make_shared<nn::relu<>>(),
                                    std::make_shared<nn::linear<>>(512, 10));
+}
+void bm_mlp_step(benchmark::State& st) {
+  auto model = make_mlp();
   run_steps(st, *model, random_input({128, 784}), random_labels(128));
 }
 
-void bm_cnn_step(benchmark::State& st) {
-  auto model = nn::make_sequential(
+auto make_cnn() {
+  return nn::make_sequential(
       std::make_shared<nn::conv2d<>>(1, 32, std::array<index_t, 2>{3, 3}, nn::conv2d_options{.padding = {1, 1}}),
       std::make_shared<nn::batch_norm2d<>>(32), std::make_shared<nn::relu<>>(),
       std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}),
@@ -46,10 +54,47 @@ void bm_cnn_step(benchmark::State& st) {
       std::make_shared<nn::max_pool2d<>>(nn::pool2d_options{.kernel = {2, 2}}), std::make_shared<nn::flatten<>>(),
       std::make_shared<nn::linear<>>(64 * 7 * 7, 128), std::make_shared<nn::relu<>>(),
       std::make_shared<nn::linear<>>(128, 10));
+}
+void bm_cnn_step(benchmark::State& st) {
+  auto model = make_cnn();
   run_steps(st, *model, random_input({128, 1, 28, 28}), random_labels(128));
+}
+
+/// train_step under Precision (its default scaler) on a model, batch 128.
+template <class Precision, class Model>
+void run_train_step(benchmark::State& st, Model& model, const tk::tensor<float>& x, const tk::tensor<std::int64_t>& y) {
+  tk::optim::sgd opt(model.parameters(), {.lr = 0.01, .momentum = 0.9});
+  tk::train::train_step<Model, decltype(opt), Precision> step(model, opt);
+  const auto loss = [&](const tk::var<float>& logits) { return tk::autograd::cross_entropy(logits, y); };
+  for (auto _ : st) benchmark::DoNotOptimize(step(x, loss).loss);
+  st.counters["samples/s"] = benchmark::Counter(double(x.size(0)), benchmark::Counter::kIsIterationInvariantRate);
+}
+template <class Precision>
+void bm_step_mlp(benchmark::State& st) {
+  auto model = make_mlp();
+  run_train_step<Precision>(st, *model, random_input({128, 784}), random_labels(128));
+}
+template <class Precision>
+void bm_step_cnn(benchmark::State& st) {
+  auto model = make_cnn();
+  run_train_step<Precision>(st, *model, random_input({128, 1, 28, 28}), random_labels(128));
+}
+template <class Precision>
+void bm_step_resnet(benchmark::State& st) {
+  example::resnet model(1, 16, 10);
+  run_train_step<Precision>(st, model, random_input({128, 1, 28, 28}), random_labels(128));
 }
 }  // namespace
 
 BENCHMARK(bm_mlp_step)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(bm_cnn_step)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_mlp<tk::amp::fp32>)->Name("bm_step/mlp/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_mlp<tk::amp::mixed_bf16>)->Name("bm_step/mlp/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_mlp<tk::amp::mixed_fp16>)->Name("bm_step/mlp/fp16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_cnn<tk::amp::fp32>)->Name("bm_step/cnn/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_cnn<tk::amp::mixed_bf16>)->Name("bm_step/cnn/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_cnn<tk::amp::mixed_fp16>)->Name("bm_step/cnn/fp16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_resnet<tk::amp::fp32>)->Name("bm_step/resnet/fp32")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_resnet<tk::amp::mixed_bf16>)->Name("bm_step/resnet/bf16")->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_step_resnet<tk::amp::mixed_fp16>)->Name("bm_step/resnet/fp16")->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

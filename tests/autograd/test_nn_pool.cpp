@@ -88,6 +88,35 @@ TEST_CASE("max_pool2d propagates NaN", "[nn][pool]") {
   REQUIRE(std::isnan(max_pool2d(dvar(x)).item()));
 }
 
+TEST_CASE("max_pool2d 2x2 windows: every pattern of ties, NaN and -inf picks PyTorch's element", "[nn][pool]") {
+  // 4^4 windows over {1, 2, NaN, -inf}: the value is the max (NaN wins and sticks) and the gradient
+  // goes to the first element in scan order that holds it - the rule of the general loop and of
+  // PyTorch. The 2x2 stride-2 window has its own loop (backend/cpu/pool.hpp).
+  const float nan = std::numeric_limits<float>::quiet_NaN(), ninf = -std::numeric_limits<float>::infinity();
+  const float vals[4] = {1.0f, 2.0f, nan, ninf};
+  std::vector<float> x;
+  for (int code = 0; code < 256; ++code)
+    for (int k = 0; k < 4; ++k) x.push_back(vals[(code >> (2 * k)) & 3]);
+  var<float> xv(tensor<float>::from_vector(x, {256, 1, 2, 2}), true);
+  auto y = max_pool2d(xv);
+  y.backward(tensor<float>::ones(y.sizes()));
+  for (int code = 0; code < 256; ++code) {
+    int at = 0;
+    for (int k = 1; k < 4; ++k) {
+      const float v = x[std::size_t(4 * code + k)], best = x[std::size_t(4 * code + at)];
+      if (v > best || (std::isnan(v) && !std::isnan(best))) at = k;
+    }
+    INFO("window " << code);
+    const float want = x[std::size_t(4 * code + at)], got = y.value().data()[code];
+    REQUIRE((std::isnan(want) ? std::isnan(got) : got == want));
+    for (int k = 0; k < 4; ++k) REQUIRE(xv.grad().data()[4 * code + k] == (k == at ? 1.0f : 0.0f));
+  }
+  // Odd sizes: the last row and column are not in any window.
+  std::mt19937 rng(26);
+  const auto odd = tk_test::random_tensor({2, 3, 7, 5}, rng, -3, -1);
+  TK_REQUIRE_CLOSE(max_pool2d(dvar(odd)).value(), naive_pool(odd, {}, true), 0.0);
+}
+
 TEST_CASE("max_pool2d backward routes the gradient to the argmax", "[nn][pool][grad]") {
   std::mt19937 rng(23);
   for (const auto& o : pool_cases) {

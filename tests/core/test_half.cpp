@@ -2,6 +2,8 @@
 // _Float16 (libgcc's soft-float conversions under g++) where it has one, and a table of all finite
 // halfs with exact midpoints in double.
 #include "trainkit/core/half.hpp"
+#include "trainkit/core/functors.hpp"   // round_to
+#include "trainkit/ops/elementwise.hpp"  // cast, map: the bulk conversions
 
 #include <algorithm>
 #include <bit>
@@ -383,4 +385,52 @@ TEST_CASE("half prints as its float value", "[half]") {
   std::ostringstream os;
   os << half(1.5f) << ' ' << half(-0.0f) << ' ' << std::numeric_limits<half>::infinity() << ' ' << half(65504);
   REQUIRE(os.str() == "1.5 -0 inf 65504");
+}
+
+// ---- bulk conversions of tensors (backend/cpu/convert16.hpp: F16C where the CPU has it) ----------
+
+TEST_CASE("tensor casts float <-> half and round_to<half> give half's own bits", "[half][cast]") {
+  INFO("F16C path: " << (trainkit::backend::cpu_convert::has_f16c() ? "yes" : "no (scalar loop)"));
+  // Floats: a strided sweep of all 2^32 patterns, every midpoint of neighbouring halfs and one
+  // float ulp either side (both signs), signed zeros, infinities, NaNs with payloads.
+  std::vector<float> in;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 251) in.push_back(f32(static_cast<std::uint32_t>(u)));
+  for (std::uint32_t k = 0; k < 0x7c00; ++k) {
+    const double mid = k == 0x7bff ? 65520.0 : (finite_halfs()[k] + finite_halfs()[k + 1]) / 2;
+    for (const float s : {1.0f, -1.0f}) {
+      const auto m = s * static_cast<float>(mid);
+      in.insert(in.end(), {m, std::nextafter(m, 0.0f), std::nextafter(m, s * 1e30f)});
+    }
+  }
+  for (const std::uint32_t b : {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u,
+                                0x7f800001u, 0x7fa00000u, 0xff9fffffu, 0x00000001u, 0x807fffffu})
+    in.push_back(f32(b));
+  const auto n = static_cast<trainkit::index_t>(in.size());
+  const auto t = trainkit::tensor<float>::from_vector(in, {n});
+
+  const auto h = trainkit::cast<half>(t);
+  const auto r = trainkit::map(trainkit::functors::round_to<half>{}, t);
+  std::uint64_t bad_cast = 0, bad_round = 0;
+  for (trainkit::index_t i = 0; i < n; ++i) {
+    const std::uint16_t want = half(in[std::size_t(i)]).bits();
+    if (h.data()[i].bits() != want) ++bad_cast;
+    const float back = static_cast<float>(half::from_bits(want));
+    if (bits32(r.data()[i]) != bits32(back)) ++bad_round;
+  }
+  CHECK(bad_cast == 0);
+  CHECK(bad_round == 0);
+
+  // half -> float: all 65536 patterns, NaN payloads included, bit for bit.
+  std::vector<half> all(1 << 16);
+  for (std::uint32_t b = 0; b < (1u << 16); ++b) all[b] = half::from_bits(static_cast<std::uint16_t>(b));
+  const auto f = trainkit::cast<float>(trainkit::tensor<half>::from_vector(all, {1 << 16}));
+  std::uint64_t bad_widen = 0;
+  for (std::uint32_t b = 0; b < (1u << 16); ++b)
+    if (bits32(f.data()[b]) != bits32(static_cast<float>(all[b]))) ++bad_widen;
+  CHECK(bad_widen == 0);
+
+  // A strided view takes the element loop: same bits.
+  const auto strided = trainkit::cast<half>(t.slice(0, 0, n - 1, 2));
+  for (trainkit::index_t i = 0; i < strided.numel(); i += 997)
+    REQUIRE(strided.data()[i].bits() == half(in[std::size_t(2 * i)]).bits());
 }

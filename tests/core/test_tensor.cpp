@@ -258,6 +258,33 @@ TEST_CASE("memory accounting counts live bytes and the peak", "[tensor][allocato
   REQUIRE(allocator<cpu>::stats().peak >= before + 4096);
 }
 
+TEST_CASE("the host allocator keeps freed blocks of 64 KiB and more for the same size", "[tensor][allocator]") {
+  using A = allocator<cpu>;
+  A::empty_cache();
+  const std::size_t big = std::size_t(1) << 20;
+  void* a = A::allocate(big);
+  A::deallocate(a, big);
+  if (A::cached_bytes() == 0) {
+    WARN("the host block cache is off here (a sanitizer build, or TRAINKIT_CPU_CACHE_MB=0)");
+    return;
+  }
+  CHECK(A::cached_bytes() == big);
+  CHECK(A::stats().reserved == A::stats().allocated + big);
+  const auto before = A::stats().allocated;
+  void* b = A::allocate(big - 100);  // the same 4 KiB-rounded size: the same block
+  CHECK(b == a);
+  CHECK(A::cached_bytes() == 0);
+  CHECK(A::stats().allocated == before + big - 100);  // what was asked for is what is counted
+  reinterpret_cast<unsigned char*>(b)[big - 101] = 1;    // all of it is usable
+  A::deallocate(b, big - 100);
+  void* small = A::allocate(1000);  // below 64 KiB: straight to operator new and back
+  A::deallocate(small, 1000);
+  CHECK(A::cached_bytes() == big);
+  A::empty_cache();
+  CHECK(A::cached_bytes() == 0);
+  CHECK(A::stats().reserved == A::stats().allocated);
+}
+
 namespace {
 int released_calls = 0;
 std::size_t released_bytes = 0;

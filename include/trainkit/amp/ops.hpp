@@ -53,22 +53,13 @@ inline constexpr bool native_gemm<cpu, bfloat16> = true;
 template <class Device, class Compute>
 using gemm_t = std::conditional_t<native_gemm<Device, Compute>, Compute, float>;
 
-/// x rounded to the nearest Compute value (ties to even), kept in the wider type.
-template <class Compute>
-struct round_to {
-  template <class A>
-  TRAINKIT_HD A operator()(A a) const {
-    return static_cast<A>(static_cast<float>(Compute(static_cast<float>(a))));
-  }
-};
-
 /// t as G elements whose values are representable in Compute (one pass when G is t's type).
 template <class G, class Compute, class T, class D>
 tensor<G, D> to_gemm(const tensor<T, D>& t) {
   if constexpr (std::is_same_v<G, Compute>)
     return cast<Compute>(t);
   else if constexpr (std::is_same_v<G, T>)
-    return map(round_to<Compute>{}, t);
+    return map(functors::round_to<Compute>{}, t);
   else
     return cast<G>(cast<Compute>(t));
 }
@@ -79,7 +70,7 @@ tensor<T, D> from_gemm(const tensor<G, D>& t) {
   if constexpr (std::is_same_v<G, Compute>)
     return cast<T>(t);
   else if constexpr (std::is_same_v<G, T>)
-    return map(round_to<Compute>{}, t);
+    return map(functors::round_to<Compute>{}, t);
   else
     return cast<T>(cast<Compute>(t));
 }

@@ -11,6 +11,15 @@
 namespace trainkit::functors {
 
 // ---- unary ------------------------------------------------------------------------------
+/// a rounded to the nearest Compute value (ties to even) and kept in a's type: what a value
+/// carries after a trip through a 16-bit type (the mixed-precision ops' operands and results).
+template <class Compute>
+struct round_to {
+  template <class A>
+  TRAINKIT_HD A operator()(A a) const {
+    return static_cast<A>(static_cast<float>(Compute(static_cast<float>(a))));
+  }
+};
 struct identity {
   template <class A>
   TRAINKIT_HD A operator()(A a) const {

@@ -1,0 +1,100 @@
+// trainkit/backend/cpu/convert16.hpp - float <-> half on contiguous runs with the CPU's F16C
+// instructions (8 values per instruction), for the host elementwise loop.
+//
+// half's own conversions (core/half.hpp) are integer code that must agree with the device bit for
+// bit; a compiler cannot vectorise their branches, and the mixed-precision ops convert every
+// operand: with them an fp16 step spent half its time rounding. VCVTPS2PH with an immediate
+// round-to-nearest-even and VCVTPH2PS give the same bits (IEEE 754 conversions: ties to even,
+// subnormals kept, overflow to infinity, a NaN quieted with its sign and top payload bits - what
+// round_to_narrow does), whatever MXCSR says; a signalling half NaN is widened by half's own code. The F16C functions carry a target attribute and are
+// chosen at run time (every x86-64 CPU since 2012 has F16C); elsewhere the scalar loop runs.
+// bfloat16's conversions are branch-free already and vectorise as they are.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include "trainkit/core/assign.hpp"   // cast_fn, assign_fn
+#include "trainkit/core/functors.hpp"  // functors::round_to
+#include "trainkit/core/half.hpp"
+#include "trainkit/core/shape.hpp"  // index_t
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define TRAINKIT_CPU_F16C_DISPATCH 1
+#include <immintrin.h>
+#else
+#define TRAINKIT_CPU_F16C_DISPATCH 0
+#endif
+
+namespace trainkit::backend::cpu_convert {
+
+#if TRAINKIT_CPU_F16C_DISPATCH
+/// This CPU has F16C (asked once).
+inline bool has_f16c() noexcept {
+  static const bool yes = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
+  return yes;
+}
+
+__attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* in, std::uint16_t* out, index_t n) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(in + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; ++i) out[i] = half(in[i]).bits();
+}
+
+/// VCVTPH2PS quiets a signalling NaN; half's own widening keeps every NaN's bits (the device's
+/// does too), so a group of 8 holding a NaN (rare: one compare per group) takes the scalar loop.
+__attribute__((target("avx,f16c"))) inline void f16_to_f32_f16c(const std::uint16_t* in, float* out, index_t n) {
+  index_t i = 0;
+  const __m128i magnitude = _mm_set1_epi16(0x7fff), inf = _mm_set1_epi16(0x7c00);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(in + i));
+    if (_mm_movemask_epi8(_mm_cmpgt_epi16(_mm_and_si128(h, magnitude), inf)) != 0) {
+      for (index_t k = i; k < i + 8; ++k) out[k] = static_cast<float>(half::from_bits(in[k]));
+      continue;
+    }
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(half::from_bits(in[i]));
+}
+
+/// float -> nearest half -> float, 8 at a time.
+__attribute__((target("avx,f16c"))) inline void round_f32_f16_f16c(const float* in, float* out, index_t n) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(in + i),
+                                                              _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  for (; i < n; ++i) out[i] = static_cast<float>(half(in[i]));
+}
+#endif
+
+/// The element loop f over n contiguous values has a bulk form here (a float/half conversion).
+template <class F, class... P>
+inline constexpr bool has_bulk = false;
+template <>
+inline constexpr bool has_bulk<trainkit::detail::cast_fn<half, float>, half, const float> = true;
+template <>
+inline constexpr bool has_bulk<trainkit::detail::cast_fn<float, half>, float, const half> = true;
+template <>
+inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::round_to<half>, float, float>, float,
+                               const float> = true;
+
+/// Runs f over out[0, n), in[0, n) in bulk where the CPU allows, else element by element.
+template <class F, class Out, class In>
+void run_bulk(F& f, index_t n, Out* out, In* in) {
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (has_f16c()) {
+    if constexpr (std::is_same_v<Out, half>)
+      f32_to_f16_f16c(in, reinterpret_cast<std::uint16_t*>(out), n);
+    else if constexpr (std::is_same_v<In, const half>)
+      f16_to_f32_f16c(reinterpret_cast<const std::uint16_t*>(in), out, n);
+    else
+      round_f32_f16_f16c(in, out, n);
+    return;
+  }
+#endif
+  for (index_t i = 0; i < n; ++i) f(out[i], in[i]);
+}
+
+}  // namespace trainkit::backend::cpu_convert
