@@ -3,8 +3,15 @@
 
 Prints time per step of each and the ratio trainkit / PyTorch (lower is better; goal: MLP <= 1.0,
 CNN <= 1.5), plus trainkit's matmul against raw cblas_sgemm (goal >= 0.9 of sgemm's speed).
-    python3 benchmarks/compare_pytorch.py [--build build] [--threads 2]
-Needs `pip install torch` and a build with benchmarks (bench_train_step, bench_gemm).
+With --precision it also times train_step under fp32, bf16 and fp16 for the MLP, the CNN and the
+residual network of examples/common/resnet.hpp, against PyTorch's CPU autocast (torch.autocast
+"cpu" with bfloat16/float16) on the same models, and prints each mixed step's speed-up over its
+own fp32 step (issue goals: bf16 >= 1.5x trainkit's fp32 and <= 1.0x PyTorch's bf16 step; fp32 CNN
+<= 0.8x and MLP <= 0.9x PyTorch's; fp16 <= 1.2x trainkit's fp32 time).
+    python3 benchmarks/compare_pytorch.py [--build build] [--threads 2] [--precision] [--rounds 3]
+--rounds N repeats the whole comparison N times (interleaved) and prints each ratio's median and
+range: the machines are noisy. Needs `pip install torch` and a build with benchmarks
+(bench_train_step, bench_gemm).
 """
 import argparse
 import json
@@ -63,12 +70,131 @@ def torch_steps(threads):
     return t_mlp, t_cnn
 
 
+def conv_bn(i, o):
+    import torch.nn as nn
+    return nn.Sequential(nn.Conv2d(i, o, 3, padding=1, bias=False), nn.BatchNorm2d(o), nn.ReLU())
+
+
+def resnet(channels=1, width=16, classes=10):
+    """examples/common/resnet.hpp in PyTorch."""
+    import torch.nn as nn
+
+    class Residual(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.a, self.b = conv_bn(c, c), conv_bn(c, c)
+
+        def forward(self, x):
+            return x + self.b(self.a(x))
+
+    class Stage(nn.Module):
+        def __init__(self, i, o, res):
+            super().__init__()
+            self.conv, self.pool = conv_bn(i, o), nn.MaxPool2d(2)
+            self.res = Residual(o) if res else None
+
+        def forward(self, x):
+            h = self.pool(self.conv(x))
+            return self.res(h) if self.res is not None else h
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            w = width
+            self.prep = conv_bn(channels, w)
+            self.l1, self.l2, self.l3 = Stage(w, 2 * w, True), Stage(2 * w, 4 * w, False), Stage(4 * w, 8 * w, True)
+            self.fc = nn.Linear(8 * w, classes)
+
+        def forward(self, x):
+            return self.fc(self.l3(self.l2(self.l1(self.prep(x)))).mean((2, 3))) * 0.125
+    return Net()
+
+
+def torch_precision_steps(threads):
+    """PyTorch step times {(model, precision): seconds} under torch.autocast on the CPU."""
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    y = torch.randint(0, 10, (128,))
+    models = {
+        "mlp": (lambda: nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
+                                      nn.Linear(512, 10)), torch.randn(128, 784)),
+        "cnn": (lambda: nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Conv2d(32, 64, 3, padding=1), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(2),
+                                      nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10)),
+                torch.randn(128, 1, 28, 28)),
+        "resnet": (resnet, torch.randn(128, 1, 28, 28)),
+    }
+    out = {}
+    for name, (make, x) in models.items():
+        for prec, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
+            model = make()
+            opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+            loss_fn = nn.CrossEntropyLoss()
+
+            def step():
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+                    loss = loss_fn(model(x), y)
+                loss.backward()
+                opt.step()
+            for _ in range(3):
+                step()
+            times = []
+            for _ in range(3):
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < 1.0:
+                    step()
+                    n += 1
+                times.append((time.perf_counter() - t0) / n)
+            out[(name, prec)] = sorted(times)[1]
+    return out
+
+
+def precision_round(bench, threads):
+    """One interleaved round: trainkit's bm_step rows, then PyTorch's; returns the ratios."""
+    tk = run_bench(os.path.join(bench, "bench_train_step"), "bm_step/", threads)
+    pt = torch_precision_steps(threads)
+    rows = {}
+    for model in ("mlp", "cnn", "resnet"):
+        t = {p: tk[f"bm_step/{model}/{p}"] for p in ("fp32", "bf16", "fp16")}
+        rows[model] = {
+            "tk fp32 ms": t["fp32"] * 1e3, "tk bf16 ms": t["bf16"] * 1e3, "tk fp16 ms": t["fp16"] * 1e3,
+            "pt fp32 ms": pt[(model, "fp32")] * 1e3, "pt bf16 ms": pt[(model, "bf16")] * 1e3,
+            "fp32 tk/pt": t["fp32"] / pt[(model, "fp32")],
+            "bf16 tk/pt": t["bf16"] / pt[(model, "bf16")],
+            "bf16 speed-up": t["fp32"] / t["bf16"],
+            "fp16/fp32 time": t["fp16"] / t["fp32"],
+        }
+    return rows
+
+
+def print_precision(rounds):
+    cols = list(rounds[0]["mlp"].keys())
+    print(f"threads, rounds: {len(rounds)}; each cell: median (min-max) over the rounds")
+    print(f"{'':<8}" + "".join(f"{c:>22}" for c in cols))
+    for model in ("mlp", "cnn", "resnet"):
+        cells = []
+        for c in cols:
+            v = sorted(r[model][c] for r in rounds)
+            med = v[len(v) // 2]
+            cells.append(f"{med:.2f} ({v[0]:.2f}-{v[-1]:.2f})" if len(v) > 1 else f"{med:.2f}")
+        print(f"{model:<8}" + "".join(f"{c:>22}" for c in cells))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", action="store_true", help="fp32/bf16/fp16 train_step rows against autocast")
+    ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     bench = os.path.join(a.build, "benchmarks")
+    if a.precision:
+        rounds = [precision_round(bench, a.threads) for _ in range(a.rounds)]
+        print_precision(rounds)
+        return 0
     tk = run_bench(os.path.join(bench, "bench_train_step"), "bm_(mlp|cnn)_step", a.threads)
     t_mlp, t_cnn = torch_steps(a.threads)
     g = run_bench(os.path.join(bench, "bench_gemm"), "bm_(cblas_sgemm|trainkit_matmul)/", a.threads)

@@ -94,22 +94,34 @@ TEST_CASE("max_pool2d 2x2 windows: every pattern of ties, NaN and -inf picks PyT
   // PyTorch. The 2x2 stride-2 window has its own loop (backend/cpu/pool.hpp).
   const float nan = std::numeric_limits<float>::quiet_NaN(), ninf = -std::numeric_limits<float>::infinity();
   const float vals[4] = {1.0f, 2.0f, nan, ninf};
-  std::vector<float> x;
-  for (int code = 0; code < 256; ++code)
-    for (int k = 0; k < 4; ++k) x.push_back(vals[(code >> (2 * k)) & 3]);
-  var<float> xv(tensor<float>::from_vector(x, {256, 1, 2, 2}), true);
-  auto y = max_pool2d(xv);
-  y.backward(tensor<float>::ones(y.sizes()));
-  for (int code = 0; code < 256; ++code) {
-    int at = 0;
-    for (int k = 1; k < 4; ++k) {
-      const float v = x[std::size_t(4 * code + k)], best = x[std::size_t(4 * code + at)];
-      if (v > best || (std::isnan(v) && !std::isnan(best))) at = k;
+  const auto value = [&](int code, int k) { return vals[(code >> (2 * k)) & 3]; };  // k: scan order
+  // One window per plane ([256, 1, 2, 2]: the scalar loop) and all in one row of windows
+  // ([1, 1, 2, 512]: four at a time, then the tail).
+  for (const bool one_row : {false, true}) {
+    std::vector<float> x(1024);
+    for (int code = 0; code < 256; ++code)
+      for (int k = 0; k < 4; ++k) {
+        const std::size_t at = one_row ? std::size_t((k >> 1) * 512 + 2 * code + (k & 1)) : std::size_t(4 * code + k);
+        x[at] = value(code, k);
+      }
+    const shape xs = one_row ? shape{1, 1, 2, 512} : shape{256, 1, 2, 2};
+    var<float> xv(tensor<float>::from_vector(x, xs), true);
+    auto y = max_pool2d(xv);
+    y.backward(tensor<float>::ones(y.sizes()));
+    for (int code = 0; code < 256; ++code) {
+      int at = 0;
+      for (int k = 1; k < 4; ++k) {
+        const float v = value(code, k), best = value(code, at);
+        if (v > best || (std::isnan(v) && !std::isnan(best))) at = k;
+      }
+      INFO("window " << code << (one_row ? " in one row" : " in its own plane"));
+      const float want = value(code, at), got = y.value().data()[code];
+      REQUIRE((std::isnan(want) ? std::isnan(got) : got == want));
+      for (int k = 0; k < 4; ++k) {
+        const std::size_t pos = one_row ? std::size_t((k >> 1) * 512 + 2 * code + (k & 1)) : std::size_t(4 * code + k);
+        REQUIRE(xv.grad().data()[pos] == (k == at ? 1.0f : 0.0f));
+      }
     }
-    INFO("window " << code);
-    const float want = x[std::size_t(4 * code + at)], got = y.value().data()[code];
-    REQUIRE((std::isnan(want) ? std::isnan(got) : got == want));
-    for (int k = 0; k < 4; ++k) REQUIRE(xv.grad().data()[4 * code + k] == (k == at ? 1.0f : 0.0f));
   }
   // Odd sizes: the last row and column are not in any window.
   std::mt19937 rng(26);
