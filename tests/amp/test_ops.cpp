@@ -284,8 +284,9 @@ TEST_CASE("without a graph to record, mixed linear gives the same values", "[amp
 }
 
 TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp][memory]") {
-  // 8 x (Linear(128, 128) + ReLU), batch 128: fp32 saves two fp32 activations per block (the
-  // linear's input, the relu's input); mixed saves the linear's input in bf16 instead.
+  // 8 x (Linear(128, 128) + ReLU), batch 512: fp32 saves two fp32 activations per block (the
+  // linear's input, the relu's input); mixed saves the linear's input in bf16 instead, and the
+  // weight as its GEMM took it in bf16 (as torch's autocast does; an eighth of an activation here).
   generator gen(3);
   nn::sequential<float> net;
   for (int i = 0; i < 8; ++i) {
@@ -293,7 +294,7 @@ TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp]
     net.push_back(std::make_shared<nn::relu<float>>());
   }
   std::mt19937 rng(4);
-  const fvar x(random_float({128, 128}, rng));
+  const fvar x(random_float({512, 128}, rng));
   auto kept = [&](auto policy) {
     using P = decltype(policy);
     const std::size_t before = allocator<cpu>::stats().allocated;
@@ -301,9 +302,9 @@ TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp]
     return allocator<cpu>::stats().allocated - before;
   };
   const std::size_t f = kept(amp::fp32{}), b = kept(amp::mixed_bf16{}), h = kept(amp::mixed_fp16{});
-  const double act = 128.0 * 128 * sizeof(float);
+  const double act = 512.0 * 128 * sizeof(float);
   WARN("bytes held for backward: fp32 " << f / act << " activations, bf16 " << b / act << ", fp16 "
                                         << h / act);
-  REQUIRE(double(b) <= 0.85 * double(f));  // 13 of 16 here; 1.5 of 2 per block in the limit
+  REQUIRE(double(b) <= 0.9 * double(f));  // 14 of 16 here (the weights' bf16 copies: 1 of them)
   REQUIRE(b == h);
 }

@@ -4,9 +4,9 @@
 // The graph stays fp32 (var<float>): each op here takes fp32 vars, rounds its operands to the
 // policy's compute type C, multiplies with fp32 accumulation, rounds the result to C and hands
 // it back as fp32 values (so they carry C's precision, as autocast outputs do). The activations
-// backward needs are saved in C - the memory mixed precision saves; weights are kept as the
-// fp32 master tensors they are (no copy) - and the gradient GEMMs round their operands (the
-// incoming gradient, the saved activations, the weights) and their results to C as well.
+// backward needs are saved in C - the memory mixed precision saves; weights as the forward's GEMM
+// took them, rounded to C (torch.autocast's weight cache) - and the gradient GEMMs round their
+// operands (the incoming gradient, the saved activations, the weights) and their results to C.
 // With the fp32 policy every function is the plain op of autograd/.
 //
 // Where the GEMM runs: on a device whose GEMM takes C operands natively (cuBLASLt; see
@@ -86,26 +86,28 @@ std::vector<tensor<T, D>> gradients_from_gemm(const R& r, const std::vector<bool
 
 }  // namespace detail
 
-// Each mixed op saves its activations in Compute and its weight as the fp32 master tensor itself
-// (a reference, as the plain ops keep it: rounding it again in backward costs one pass and no
-// memory). backward rebuilds the plain op on the gemm type from them, feeds it the incoming
-// gradient rounded to Compute, and rounds every input gradient to Compute.
+// Each mixed op saves its activations in Compute and its weight as its GEMM took it, in Compute -
+// as torch's autocast ops save their cast weights for backward: rounding the master weight again
+// in backward was a pass over every weight per step (a tenth of an fp16 MLP step); 2 bytes per
+// weight are held until backward instead.
+// backward rebuilds the plain op on the gemm type from them, feeds it the incoming gradient
+// rounded to Compute, and rounds every input gradient to Compute.
 namespace ops {
 
-/// amp::linear's node: x folded to [rows, in] in Compute, the master weight [out, in].
+/// amp::linear's node: x folded to [rows, in] and the weight [out, in] in Compute (the weight as
+/// the forward's GEMM took it).
 template <class Compute, class T, class D>
 struct linear {
   static constexpr std::string_view name = "linear";
+  using G = detail::gemm_t<D, Compute>;
   tensor<Compute, D> x2;
-  tensor<T, D> weight;
+  tensor<Compute, D> wc;
   shape x_sizes;
   bool has_bias = false;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
-    using G = detail::gemm_t<D, Compute>;
     // The input is read only for the weight's gradient.
-    const autograd::ops::linear<G, D> op{needs[1] ? cast<G>(x2) : tensor<G, D>(),
-                                         detail::to_gemm<G, Compute>(weight), x_sizes, has_bias};
+    const autograd::ops::linear<G, D> op{needs[1] ? cast<G>(x2) : tensor<G, D>(), cast<G>(wc), x_sizes, has_bias};
     return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
   }
@@ -125,21 +127,21 @@ struct matmul {
   }
 };
 
-/// amp::conv2d's node: the dense input [N, C, H, W] in Compute, the master weight.
+/// amp::conv2d's node: the dense input [N, C, H, W] and the weight in Compute (the weight as the
+/// forward's convolution took it).
 template <class Compute, class T, class D>
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
+  using G = detail::gemm_t<D, Compute>;
   tensor<Compute, D> x;
-  tensor<T, D> w;  // dense
+  tensor<Compute, D> wc;  // dense
   shape x_sizes;
   backend::conv2d_geometry g;
   index_t groups = 1;
   bool has_bias = false;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
-    using G = detail::gemm_t<D, Compute>;
-    const autograd::ops::conv2d<G, D> op{cast<G>(x), detail::to_gemm<G, Compute>(w), x_sizes, g, groups,
-                                         has_bias};
+    const autograd::ops::conv2d<G, D> op{cast<G>(x), cast<G>(wc), x_sizes, g, groups, has_bias};
     return detail::gradients_from_gemm<T, Compute, G, D>(
         op.backward(detail::to_gemm<G, Compute>(grad), needs), needs);
   }
@@ -160,7 +162,7 @@ autograd::var<T, D> mixed_matmul(const autograd::var<T, D>& a, const autograd::v
 
 /// F.linear under policy P: x [*, in], weight [out, in], bias [out] or undefined -> [*, out].
 /// Mixed: y = round_C(round_C(x) round_C(W)^T + round_C(b)) with fp32 accumulation; saves x in C
-/// (and W, the master tensor, by reference). fp32: autograd::linear.
+/// and W as the GEMM took it. fp32: autograd::linear.
 /// \tparam P a precision_policy
 template <precision_policy P, class T, class D>
 autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, D>& weight,
@@ -188,7 +190,8 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
     const bool save_x = autograd::is_grad_enabled() && weight.requires_grad();
     const tensor<C, D> xc = save_x ? tensor<C, D>(cast<C>(xv).view({-1, in})) : tensor<C, D>();  // [rows, in]
     const tensor<G, D> xg = save_x ? cast<G>(xc) : detail::to_gemm<G, C>(xv).reshape({-1, in});
-    const tensor<G, D> wg = detail::to_gemm<G, C>(wv);
+    tensor<C, D> wc = cast<C>(wv);  // saved for backward
+    const tensor<G, D> wg = cast<G>(wc);
     shape os(xv.sizes().begin(), xv.sizes().end() - 1);
     os.push_back(out_f);
     auto out = tensor<G, D>::empty({xg.size(0), out_f});
@@ -200,7 +203,7 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
       mm_into(out, xg, wg.t(), 1.0, 0.0);
     }
     auto y = detail::from_gemm<T, C>(out).view(os);
-    ops::linear<C, T, D> op{xc, wv, xv.sizes(), bias.defined()};
+    ops::linear<C, T, D> op{xc, std::move(wc), xv.sizes(), bias.defined()};
     if (bias.defined()) return autograd::record(std::move(op), std::move(y), x, weight, bias);
     return autograd::record(std::move(op), std::move(y), x, weight);
   }
@@ -233,7 +236,7 @@ autograd::var<T, D> bmm(const autograd::var<T, D>& a, const autograd::var<T, D>&
 
 /// F.conv2d under policy P: x [N, C, H, W] (or [C, H, W]), weight [O, C/groups, kh, kw], bias [O]
 /// or undefined. Mixed: input, weight and bias rounded to the compute type, im2col + GEMM with
-/// fp32 accumulation, result rounded; x saved in the compute type (W by reference). fp32:
+/// fp32 accumulation, result rounded; x saved in the compute type, W as the GEMM took it. fp32:
 /// autograd::conv2d.
 /// \tparam P a precision_policy
 template <precision_policy P, class T, class D>
@@ -255,14 +258,15 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
     const tensor<C, D> xc = cast<C>(xv);  // dense
     const tensor<T, D> wv = weight.value().contiguous();
     const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
-    const tensor<G, D> xg = cast<G>(xc), wg = detail::to_gemm<G, C>(wv);
+    tensor<C, D> wc = cast<C>(wv);  // saved for backward
+    const tensor<G, D> xg = cast<G>(xc), wg = cast<G>(wc);
     auto yg = tensor<G, D>::empty({xg.size(0), wg.size(0), geo.out_h, geo.out_w});
     if (yg.numel() > 0)
       backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
                                        bg.defined() ? bg.data() : nullptr, yg.data());
     auto y = detail::from_gemm<T, C>(yg);
     if (unbatched) y = y.squeeze(0);
-    ops::conv2d<C, T, D> op{xc, wv, x.sizes(), geo, o.groups, bias.defined()};
+    ops::conv2d<C, T, D> op{xc, std::move(wc), x.sizes(), geo, o.groups, bias.defined()};
     if (bias.defined()) return autograd::record(std::move(op), std::move(y), x, weight, bias);
     return autograd::record(std::move(op), std::move(y), x, weight);
   }
