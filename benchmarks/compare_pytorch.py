@@ -21,7 +21,7 @@ import sys
 import time
 
 
-def run_bench(exe, flt, threads):
+def run_bench(exe, flt, threads, counter=None):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
     out = subprocess.run([exe, f"--benchmark_filter={flt}", "--benchmark_format=json",
                           "--benchmark_min_time=1", "--benchmark_repetitions=3",
@@ -30,7 +30,10 @@ def run_bench(exe, flt, threads):
     res = {}
     for b in json.loads(out)["benchmarks"]:
         if b.get("aggregate_name") == "median":
-            res[b["run_name"].split("/real_time")[0]] = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}[b["time_unit"]]
+            name = b["run_name"].split("/real_time")[0]
+            res[name] = b["real_time"] * {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1}[b["time_unit"]]
+            if counter and counter in b:
+                res[name + ":" + counter] = b[counter]
     return res
 
 
@@ -154,7 +157,7 @@ def torch_precision_steps(threads):
 
 def precision_round(bench, threads):
     """One interleaved round: trainkit's bm_step rows, then PyTorch's; returns the ratios."""
-    tk = run_bench(os.path.join(bench, "bench_train_step"), "bm_step/", threads)
+    tk = run_bench(os.path.join(bench, "bench_train_step"), "bm_step/", threads, counter="peak_MiB")
     pt = torch_precision_steps(threads)
     rows = {}
     for model in ("mlp", "cnn", "resnet"):
@@ -166,13 +169,14 @@ def precision_round(bench, threads):
             "bf16 tk/pt": t["bf16"] / pt[(model, "bf16")],
             "bf16 speed-up": t["fp32"] / t["bf16"],
             "fp16/fp32 time": t["fp16"] / t["fp32"],
+            "bf16/fp32 peak": tk[f"bm_step/{model}/bf16:peak_MiB"] / tk[f"bm_step/{model}/fp32:peak_MiB"],
         }
     return rows
 
 
-def print_precision(rounds):
+def print_precision(rounds, threads):
     cols = list(rounds[0]["mlp"].keys())
-    print(f"threads, rounds: {len(rounds)}; each cell: median (min-max) over the rounds")
+    print(f"threads: {threads}  rounds: {len(rounds)}; each cell: median (min-max) over the rounds; batch 128")
     print(f"{'':<8}" + "".join(f"{c:>22}" for c in cols))
     for model in ("mlp", "cnn", "resnet"):
         cells = []
@@ -193,7 +197,7 @@ def main():
     bench = os.path.join(a.build, "benchmarks")
     if a.precision:
         rounds = [precision_round(bench, a.threads) for _ in range(a.rounds)]
-        print_precision(rounds)
+        print_precision(rounds, a.threads)
         return 0
     tk = run_bench(os.path.join(bench, "bench_train_step"), "bm_(mlp|cnn)_step", a.threads)
     t_mlp, t_cnn = torch_steps(a.threads)

@@ -4,7 +4,9 @@
 //   bm_mlp_step, bm_cnn_step        the hand-written loop in fp32
 //   bm_step/<model>/<precision>     train::train_step under fp32, mixed_bf16 or mixed_fp16 (dynamic
 //                                   loss scaling for fp16), for the MLP, the CNN and the residual
-//                                   network of examples/common/resnet.hpp (width 16, 1x28x28 input)
+//                                   network of examples/common/resnet.hpp (width 16, 1x28x28 input);
+//                                   counter peak_MiB: what one step allocates above the model,
+//                                   gradients and optimizer state (activations and transients)
 #include <benchmark/benchmark.h>
 
 
@@ -66,8 +68,14 @@ void run_train_step(benchmark::State& st, Model& model, const tk::tensor<float>&
   tk::optim::sgd opt(model.parameters(), {.lr = 0.01, .momentum = 0.9});
   tk::train::train_step<Model, decltype(opt), Precision> step(model, opt);
   const auto loss = [&](const tk::var<float>& logits) { return tk::autograd::cross_entropy(logits, y); };
+  step(x, loss);  // the optimizer's state exists from here: the peak below is the step's own
+  const auto base = tk::allocator<tk::cpu>::stats().allocated;
+  tk::allocator<tk::cpu>::reset_peak();
   for (auto _ : st) benchmark::DoNotOptimize(step(x, loss).loss);
   st.counters["samples/s"] = benchmark::Counter(double(x.size(0)), benchmark::Counter::kIsIterationInvariantRate);
+  // Bytes a step allocates on top of the model, its gradients and the optimizer state: the
+  // activations saved for backward and the transients of backward.
+  st.counters["peak_MiB"] = double(tk::allocator<tk::cpu>::stats().peak - base) / double(1 << 20);
 }
 template <class Precision>
 void bm_step_mlp(benchmark::State& st) {

@@ -27,6 +27,7 @@
 #include "trainkit/autograd/ops/conv.hpp"
 #include "trainkit/autograd/ops/linalg.hpp"
 #include "trainkit/autograd/ops/linear.hpp"
+#include "trainkit/autograd/saved.hpp"  // precision_of
 #include "trainkit/backend/im2col.hpp"  // backend::convolution, conv2d_geometry
 #include "trainkit/backend/cpu/onednn.hpp"  // TRAINKIT_HAS_ONEDNN
 #include "trainkit/config.hpp"
@@ -156,7 +157,9 @@ autograd::var<T, D> mixed_matmul(const autograd::var<T, D>& a, const autograd::v
   using G = gemm_t<D, Compute>;
   const tensor<Compute, D> ac = cast<Compute>(a.value()), bc = cast<Compute>(b.value());
   auto y = from_gemm<T, Compute>(trainkit::matmul(cast<G>(ac), cast<G>(bc)));
-  return autograd::record(ops::matmul<Compute, T, D>{ac, bc}, std::move(y), a, b);
+  auto r = autograd::record(ops::matmul<Compute, T, D>{ac, bc}, std::move(y), a, b);
+  r.set_precision(autograd::precision_of<Compute>);
+  return r;
 }
 }  // namespace detail
 
@@ -204,8 +207,10 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
     }
     auto y = detail::from_gemm<T, C>(out).view(os);
     ops::linear<C, T, D> op{xc, std::move(wc), xv.sizes(), bias.defined()};
-    if (bias.defined()) return autograd::record(std::move(op), std::move(y), x, weight, bias);
-    return autograd::record(std::move(op), std::move(y), x, weight);
+    auto r = bias.defined() ? autograd::record(std::move(op), std::move(y), x, weight, bias)
+                            : autograd::record(std::move(op), std::move(y), x, weight);
+    r.set_precision(autograd::precision_of<C>);  // its values are C values (value_precision)
+    return r;
   }
 }
 
@@ -267,8 +272,10 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
     auto y = detail::from_gemm<T, C>(yg);
     if (unbatched) y = y.squeeze(0);
     ops::conv2d<C, T, D> op{xc, std::move(wc), x.sizes(), geo, o.groups, bias.defined()};
-    if (bias.defined()) return autograd::record(std::move(op), std::move(y), x, weight, bias);
-    return autograd::record(std::move(op), std::move(y), x, weight);
+    auto r = bias.defined() ? autograd::record(std::move(op), std::move(y), x, weight, bias)
+                            : autograd::record(std::move(op), std::move(y), x, weight);
+    r.set_precision(autograd::precision_of<C>);  // its values are C values (value_precision)
+    return r;
   }
 }
 

@@ -16,6 +16,14 @@ namespace trainkit::autograd {
 template <class T, class Device>
 struct var_impl;
 
+/// What a var's values are when they are fewer than its element type can hold: the outputs of a
+/// precision scope's ops (amp/autocast.hpp) are bfloat16 or half values in float elements, as
+/// torch.autocast's are bf16/fp16 tensors. Ops that keep such values (relu, max pooling, batch norm
+/// and the add of two such vars round to them, as PyTorch's 16-bit kernels do) pass the tag on, and
+/// save what backward needs in 16 bits (autograd/saved.hpp): exactly, since the values are 16-bit
+/// values.
+enum class value_precision : std::uint8_t { full, bfloat16, half };
+
 namespace detail {
 inline std::uint64_t next_sequence_number() {
   static std::atomic<std::uint64_t> n{0};
@@ -61,6 +69,7 @@ template <class T, class Device>
 struct var_impl {
   tensor<T, Device> value;
   tensor<T, Device> grad;
+  value_precision precision = value_precision::full;
   std::shared_ptr<node<T, Device>> grad_fn;
   std::weak_ptr<node<T, Device>> accumulator;
   bool requires_grad = false;

@@ -47,6 +47,14 @@ class var {
   void zero_grad() { impl().grad = tensor_type(); }
 
   bool requires_grad() const { return impl().requires_grad; }
+
+  /// Whether the values are 16-bit values (value_precision; full for a plain var).
+  value_precision precision() const noexcept { return p_ ? p_->precision : value_precision::full; }
+  /// Tags the values as p's (an op's result; the caller vouches that they are p values).
+  var& set_precision(value_precision p) {
+    impl().precision = p;
+    return *this;
+  }
   var& set_requires_grad(bool r) {
     TRAINKIT_CHECK(is_leaf(), usage_error, "set_requires_grad", "only leaves can change requires_grad");
     impl().requires_grad = r;

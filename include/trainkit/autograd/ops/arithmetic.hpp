@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
+#include "trainkit/autograd/saved.hpp"  // round_to_precision
 #include "trainkit/ops/elementwise.hpp"
 #include "trainkit/ops/reduce.hpp"
 
@@ -86,11 +87,17 @@ struct pow_tensor {
 };
 }  // namespace ops
 
+/// x + alpha y. Two vars of 16-bit values (value_precision) of the same type give that type's
+/// rounded sum, as two bf16/fp16 tensors do in PyTorch (a residual connection under autocast).
 template <class T, class D>
 var<T, D> add(const var<T, D>& x, const var<T, D>& y, double alpha = 1.0) {
   auto out = alpha == 1.0 ? trainkit::add(x.value(), y.value())
                           : map(::trainkit::functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
-  return record(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
+  const value_precision p = x.precision() == y.precision() ? x.precision() : value_precision::full;
+  if (p != value_precision::full) out = round_to_precision(out, p);
+  auto r = record(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
+  r.set_precision(p);
+  return r;
 }
 template <class T, class D>
 var<T, D> sub(const var<T, D>& x, const var<T, D>& y) {

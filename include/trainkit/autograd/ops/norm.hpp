@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "trainkit/autograd/function.hpp"
+#include "trainkit/autograd/saved.hpp"
 #include "trainkit/autograd/ops/nn_detail.hpp"
 #include "trainkit/backend/norm.hpp"
 #include "trainkit/core/dtype.hpp"
@@ -17,7 +18,8 @@ template <class T, class D>
 struct batch_norm {
   static constexpr std::string_view name = "batch_norm";
   using stat_t = accumulate_t<T>;
-  tensor<T, D> x, weight;                 // dense input, weight (undefined when affine = false)
+  saved_tensor<T, D> xs;                  // dense input, in 16 bits when it holds 16-bit values
+  tensor<T, D> weight;                    // undefined when affine = false
   tensor<stat_t, D> save_mean, save_invstd;
   shape x_sizes;
   index_t n = 0, c = 0, s = 0;
@@ -27,6 +29,7 @@ struct batch_norm {
   std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
     std::vector<tensor<T, D>> r(needs.size());
     const tensor<T, D> g = grad.contiguous();
+    const tensor<T, D> x = xs.get();
     if (needs[0]) r[0] = tensor<T, D>::empty(x.sizes());
     if (w_slot >= 0 && needs[std::size_t(w_slot)]) r[std::size_t(w_slot)] = tensor<T, D>::empty({c});
     if (b_slot >= 0 && needs[std::size_t(b_slot)]) r[std::size_t(b_slot)] = tensor<T, D>::empty({c});
@@ -123,8 +126,15 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
   detail::optional_inputs<T, D> in;
   in.add(x);
   const int ws = in.add(weight), bs = in.add(bias);
-  ops::batch_norm<T, D> op{xv, wv, save_mean, save_invstd, x.sizes(), n, c, s, use_batch, ws, bs};
-  return record(std::move(op), std::move(y), in.list);
+  // 16-bit input values (a precision scope's convolution): the output is rounded to them, as
+  // PyTorch's batch norm returns a bf16/fp16 tensor for one, and the input is saved in 16 bits.
+  const value_precision p = x.precision();
+  if (p != value_precision::full) y = round_to_precision(y, p);
+  ops::batch_norm<T, D> op{saved_tensor<T, D>::narrowed(xv, p), wv, save_mean, save_invstd, x.sizes(), n, c, s,
+                           use_batch, ws, bs};
+  auto out = record(std::move(op), std::move(y), in.list);
+  out.set_precision(p);
+  return out;
 }
 
 /// torch.nn.functional.layer_norm: normalises over the trailing dims given by normalized_shape

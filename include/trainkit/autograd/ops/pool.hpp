@@ -92,7 +92,9 @@ var<T, D> max_pool2d(const var<T, D>& x, pool2d_options o = {}) {
   auto y = tensor<T, D>::empty(os);
   auto idx = tensor<std::int64_t, D>::empty(os);
   backend::pool<D>::max_forward(g, planes, xv.data(), y.data(), idx.data());
-  return record(ops::max_pool2d<T, D>{std::move(idx), x.sizes(), g, planes}, std::move(y), x);
+  auto out = record(ops::max_pool2d<T, D>{std::move(idx), x.sizes(), g, planes}, std::move(y), x);
+  out.set_precision(x.precision());  // its values are some of x's
+  return out;
 }
 
 /// torch.nn.functional.avg_pool2d with count_include_pad=true (the divisor is always

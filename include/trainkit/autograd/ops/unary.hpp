@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "trainkit/autograd/function.hpp"
+#include "trainkit/autograd/saved.hpp"
 #include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
@@ -14,9 +15,9 @@ namespace ops {
 template <class T, class D, class Backward, const char* Name>
 struct pointwise {
   static constexpr std::string_view name = Name;
-  tensor<T, D> saved;
+  saved_tensor<T, D> saved;  // in 16 bits when it holds 16-bit values (autograd/saved.hpp)
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
-    return {map(Backward{}, g, saved)};
+    return {saved.map_with(Backward{}, g)};
   }
 };
 struct exp_backward {  // g * exp(x), from the output
@@ -64,10 +65,13 @@ var<T, D> sigmoid(const var<T, D>& x) {
   auto y = trainkit::sigmoid(x.value());
   return record(ops::pointwise<T, D, ::trainkit::functors::sigmoid_backward, ops::sigmoid_name>{y}, y, x);
 }
+/// relu keeps 16-bit values 16-bit (value_precision) and then saves its input in 16 bits.
 template <class T, class D>
 var<T, D> relu(const var<T, D>& x) {
-  return record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{x.value()},
-                trainkit::relu(x.value()), x);
+  auto y = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{saved_tensor<T, D>::of(x)},
+                  trainkit::relu(x.value()), x);
+  y.set_precision(x.precision());
+  return y;
 }
 template <class T, class D>
 var<T, D> gelu(const var<T, D>& x) {

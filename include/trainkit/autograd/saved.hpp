@@ -1,0 +1,99 @@
+// trainkit/autograd/saved.hpp - a tensor an op saves for backward, in 16 bits when its values are
+// 16-bit values (a var tagged value_precision::bfloat16 or half: the outputs of a precision
+// scope's ops and of the ops that keep them). The narrowing is exact - the values are already
+// bfloat16/half values - so backward sees the same numbers; what changes is the memory held
+// between forward and backward: half of it, as with torch.autocast's bf16/fp16 activations.
+//
+//   ops::pointwise<T, D, relu_backward, relu_name>{saved_tensor<T, D>::of(x)}   // in the op
+//   saved.map_with(Backward{}, g)                                              // in backward
+#pragma once
+
+#include <type_traits>
+
+#include "trainkit/autograd/grad_mode.hpp"
+#include "trainkit/autograd/var.hpp"
+#include "trainkit/core/bfloat16.hpp"
+#include "trainkit/core/half.hpp"
+#include "trainkit/core/tensor.hpp"
+#include "trainkit/ops/elementwise.hpp"
+
+namespace trainkit::autograd {
+
+/// The value_precision of a 16-bit type (full for any other).
+template <class C>
+inline constexpr value_precision precision_of = std::is_same_v<C, bfloat16> ? value_precision::bfloat16
+                                                : std::is_same_v<C, half>   ? value_precision::half
+                                                                            : value_precision::full;
+
+/// t with every value rounded to p's type (t itself for full).
+template <class T, class D>
+tensor<T, D> round_to_precision(const tensor<T, D>& t, value_precision p) {
+  switch (p) {
+    case value_precision::bfloat16: return map(::trainkit::functors::round_to<bfloat16>{}, t);
+    case value_precision::half: return map(::trainkit::functors::round_to<half>{}, t);
+    default: return t;
+  }
+}
+
+/// A tensor saved for backward: the tensor itself (a reference, no copy), or its 16-bit copy.
+/// Implicitly made from a tensor, so ops that save a full tensor read as before.
+template <class T, class D>
+class saved_tensor {
+ public:
+  saved_tensor() = default;
+  saved_tensor(tensor<T, D> t) : full_(std::move(t)) {}  // NOLINT: a plain saved tensor
+
+  /// What backward needs of t: its 16-bit copy when t's values are p values and backward will
+  /// run (grad mode on and `needed`), else t itself.
+  static saved_tensor narrowed(const tensor<T, D>& t, value_precision p, bool needed = true) {
+    saved_tensor s;
+    if constexpr (std::is_same_v<T, float>) {
+      if (needed && is_grad_enabled()) {
+        if (p == value_precision::bfloat16) {
+          s.bf16_ = cast<bfloat16>(t);
+          return s;
+        }
+        if (p == value_precision::half) {
+          s.half_ = cast<half>(t);
+          return s;
+        }
+      }
+    }
+    s.full_ = t;
+    return s;
+  }
+  /// x's value, in 16 bits when x's values are 16-bit values and x needs a gradient.
+  static saved_tensor of(const var<T, D>& x) { return narrowed(x.value(), x.precision(), x.requires_grad()); }
+
+  /// The saved values as T (a widening copy when they were kept in 16 bits).
+  tensor<T, D> get() const {
+    if (bf16_.defined()) return cast<T>(bf16_);
+    if (half_.defined()) return cast<T>(half_);
+    return full_;
+  }
+  /// out[i] = f(g[i], saved[i]) as T, reading 16-bit saved values as they are (no widened copy).
+  template <class F>
+  tensor<T, D> map_with(F f, const tensor<T, D>& g) const {
+    if constexpr (std::is_same_v<T, float>) {  // only float vars hold 16-bit values
+      if (narrow()) {
+        auto out = tensor<T, D>::empty(g.sizes());
+        if (bf16_.defined())
+          ::trainkit::detail::launch(::trainkit::detail::assign_fn<F, T, T, bfloat16>{f}, out, g, bf16_);
+        else
+          ::trainkit::detail::launch(::trainkit::detail::assign_fn<F, T, T, half>{f}, out, g, half_);
+        return out;
+      }
+    }
+    return map(f, g, full_);
+  }
+  bool defined() const noexcept { return full_.defined() || bf16_.defined() || half_.defined(); }
+  /// Whether the values are held in 16 bits.
+  bool narrow() const noexcept { return bf16_.defined() || half_.defined(); }
+
+ private:
+  tensor<T, D> full_;
+  tensor<bfloat16, D> bf16_;
+  tensor<half, D> half_;
+};
+
+}  // namespace trainkit::autograd
