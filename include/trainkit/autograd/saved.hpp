@@ -75,14 +75,13 @@ class saved_tensor {
   template <class F>
   tensor<T, D> map_with(F f, const tensor<T, D>& g) const {
     if constexpr (std::is_same_v<T, float>) {  // only float vars hold 16-bit values
-      if (narrow()) {
+      if (bf16_.defined()) {  // widening a bfloat16 is a shift: done inside the loop
         auto out = tensor<T, D>::empty(g.sizes());
-        if (bf16_.defined())
-          ::trainkit::detail::launch(::trainkit::detail::assign_fn<F, T, T, bfloat16>{f}, out, g, bf16_);
-        else
-          ::trainkit::detail::launch(::trainkit::detail::assign_fn<F, T, T, half>{f}, out, g, half_);
+        ::trainkit::detail::launch(::trainkit::detail::assign_fn<F, T, T, bfloat16>{f}, out, g, bf16_);
         return out;
       }
+      // half: widened in bulk first (F16C on the CPU; element by element it is integer code)
+      if (half_.defined()) return map(f, g, cast<T>(half_));
     }
     return map(f, g, full_);
   }
