@@ -37,30 +37,34 @@ def run_bench(exe, flt, threads, counter=None):
     return res
 
 
+def timed(model, x, y, opt, dtype=None, reps=3, min_time=1.0):
+    """Median seconds per SGD step of model on (x, y), under torch.autocast("cpu", dtype) if given."""
+    import torch
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+            loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    for _ in range(5):
+        step()
+    times = []
+    for _ in range(reps):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < min_time:
+            step()
+            n += 1
+        times.append((time.perf_counter() - t0) / n)
+    return sorted(times)[len(times) // 2]
+
+
 def torch_steps(threads):
     import torch
     import torch.nn as nn
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-
-    def timed(model, x, y, opt, reps=3, min_time=1.0):
-        loss_fn = nn.CrossEntropyLoss()
-
-        def step():
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
-            opt.step()
-        for _ in range(5):
-            step()
-        times = []
-        for _ in range(reps):
-            n, t0 = 0, time.perf_counter()
-            while time.perf_counter() - t0 < min_time:
-                step()
-                n += 1
-            times.append((time.perf_counter() - t0) / n)
-        return sorted(times)[len(times) // 2]
 
     mlp = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
     x, y = torch.randn(128, 784), torch.randint(0, 10, (128,))
@@ -134,24 +138,7 @@ def torch_precision_steps(threads):
         for prec, dtype in (("fp32", None), ("bf16", torch.bfloat16)):
             model = make()
             opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-            loss_fn = nn.CrossEntropyLoss()
-
-            def step():
-                opt.zero_grad(set_to_none=True)
-                with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-                    loss = loss_fn(model(x), y)
-                loss.backward()
-                opt.step()
-            for _ in range(3):
-                step()
-            times = []
-            for _ in range(3):
-                n, t0 = 0, time.perf_counter()
-                while time.perf_counter() - t0 < 1.0:
-                    step()
-                    n += 1
-                times.append((time.perf_counter() - t0) / n)
-            out[(name, prec)] = sorted(times)[1]
+            out[(name, prec)] = timed(model, x, y, opt, dtype)
     return out
 
 

@@ -62,6 +62,12 @@ class saved_tensor {
     s.full_ = t;
     return s;
   }
+  /// A 16-bit copy an op made itself (fused into its own pass).
+  static saved_tensor of_bfloat16(tensor<bfloat16, D> t) {
+    saved_tensor s;
+    s.bf16_ = std::move(t);
+    return s;
+  }
   /// x's value, in 16 bits when x's values are 16-bit values and x needs a gradient.
   static saved_tensor of(const var<T, D>& x) { return narrowed(x.value(), x.precision(), x.requires_grad()); }
 

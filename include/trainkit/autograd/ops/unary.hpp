@@ -3,9 +3,12 @@
 
 #include <array>
 #include <string_view>
+#include <type_traits>
 
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/autograd/saved.hpp"
+#include "trainkit/backend/elementwise.hpp"  // the fused relu + bf16 save
+#include "trainkit/core/bfloat16.hpp"
 #include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
@@ -65,9 +68,33 @@ var<T, D> sigmoid(const var<T, D>& x) {
   auto y = trainkit::sigmoid(x.value());
   return record(ops::pointwise<T, D, ::trainkit::functors::sigmoid_backward, ops::sigmoid_name>{y}, y, x);
 }
+namespace ops {
+/// relu's output and the bfloat16 copy of its input in one pass (the input holds bf16 values).
+struct relu_keeping_bfloat16 {
+  TRAINKIT_HD void operator()(float& y, bfloat16& saved, const float& x) const {
+    y = x > 0.0f ? x : 0.0f;
+    saved = bfloat16(x);
+  }
+};
+}  // namespace ops
+
 /// relu keeps 16-bit values 16-bit (value_precision) and then saves its input in 16 bits.
 template <class T, class D>
 var<T, D> relu(const var<T, D>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (x.precision() == value_precision::bfloat16 && x.requires_grad() && is_grad_enabled()) {
+      const tensor<T, D>& xv = x.value();
+      auto y = tensor<T, D>::empty(xv.sizes());
+      auto saved = tensor<bfloat16, D>::empty(xv.sizes());
+      backend::elementwise<D>::for_each(xv.sizes(), {y.strides(), saved.strides(), xv.strides()},
+                                        ops::relu_keeping_bfloat16{}, y.data(), saved.data(), xv.data());
+      auto r = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{
+                          saved_tensor<T, D>::of_bfloat16(std::move(saved))},
+                      std::move(y), x);
+      r.set_precision(value_precision::bfloat16);
+      return r;
+    }
+  }
   auto y = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{saved_tensor<T, D>::of(x)},
                   trainkit::relu(x.value()), x);
   y.set_precision(x.precision());
