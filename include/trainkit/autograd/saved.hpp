@@ -91,9 +91,6 @@ class saved_tensor {
     }
     return map(f, g, full_);
   }
-  bool defined() const noexcept { return full_.defined() || bf16_.defined() || half_.defined(); }
-  /// Whether the values are held in 16 bits.
-  bool narrow() const noexcept { return bf16_.defined() || half_.defined(); }
 
  private:
   tensor<T, D> full_;
