@@ -53,6 +53,8 @@ function(build_cmake_consumer build_dir)
   message(STATUS "${last_output}")
   run_checked("building tests/consumer (${MODE})" "${CMAKE_COMMAND}" --build "${build_dir}")
   run_consumer("${build_dir}/trainkit_consumer")
+  run_checked("running the trainkit::precompiled consumer" "${build_dir}/trainkit_consumer_precompiled")
+  message(STATUS "precompiled consumer says: ${last_output}")
 endfunction()
 
 if(MODE STREQUAL "install")

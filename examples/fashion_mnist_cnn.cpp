@@ -26,6 +26,10 @@
 #include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
 #include "common/fashion_cnn.hpp"  // the model
 
+// OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
+// well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).
+TRAINKIT_THREAD_DEFAULTS();
+
 namespace tk = trainkit;
 using tk::index_t;
 
@@ -57,6 +61,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   // Model: [N,1,28,28] -> conv block (32) -> [N,32,14,14] -> conv block (64) -> [N,64,7,7] -> MLP head.
   auto model = example::fashion_cnn();
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
+  std::printf("%s\n", example::threads_line().c_str());
 
   // Batches: the sampler decides the order (a fresh seeded shuffle per epoch; one process is one
   // replica), the loader copies each batch into one buffer on a worker thread while the step runs.

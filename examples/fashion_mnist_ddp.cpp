@@ -25,6 +25,10 @@
 
 #include "common/ddp_train.hpp"  // the training job, on either device
 
+// OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
+// well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).
+TRAINKIT_THREAD_DEFAULTS();
+
 namespace tk = trainkit;
 namespace dist = trainkit::dist;
 

@@ -23,6 +23,10 @@
 
 #include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
 
+// OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
+// well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).
+TRAINKIT_THREAD_DEFAULTS();
+
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
 using tk::index_t;
@@ -68,6 +72,7 @@ int train(const example::flags& f, Recompute recompute) {
                                    std::make_shared<nn::relu<>>(), std::make_shared<nn::dropout<>>(0.2),
                                    std::make_shared<nn::linear<>>(512, 10));
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
+  std::printf("%s\n", example::threads_line().c_str());
 
   tk::optim::adamw opt(model->parameters(), {.lr = lr, .weight_decay = 1e-4});
   tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(200, steps / 10),

@@ -27,6 +27,10 @@
 #include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
 #include "common/resnet.hpp"   // the model
 
+// OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
+// well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).
+TRAINKIT_THREAD_DEFAULTS();
+
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
 using tk::index_t;
@@ -89,6 +93,7 @@ int train(const example::flags& f, Recompute recompute) {
 
   auto model = std::make_shared<example::resnet>(data.train.images.size(1), width, 10);
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
+  std::printf("%s\n", example::threads_line().c_str());
 
   tk::data::data_loader batches(tk::data::tensor_dataset(data.train.images, data.train.labels),
                                 tk::data::shuffled_sampler(data.train.size(), seed),

@@ -23,6 +23,7 @@ TRAINKIT_DEBIAN_PACKAGES=(
   curl              # the example test asks the Prometheus HTTP API
   clang             # clang++ for the libFuzzer harnesses: scripts/fuzz.sh, tests/fuzz/
   libclang-rt-dev   # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes (only a Recommends of clang)
+  time              # GNU time: benchmarks/compile_time.sh reads the compiler's CPU time and peak memory
 )
 
 # trainkit_package_installed <pkg>: true when dpkg reports it fully installed.

@@ -64,6 +64,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   say("%d rank(s) on %s, compression %s, %lld parameters in %zu gradient bucket(s); train %lld, test %lld images\n",
       world, on_cpu ? "the CPU" : "GPUs", std::string(Compression::name).c_str(), (long long)model->num_parameters(), ddp.buckets().buckets.size(),
       (long long)train_set.size(), (long long)test_set.size());
+  if (on_cpu) say("%s\n", example::threads_line().c_str());
 
   // Batches: every rank shuffles with the same seed and takes every world-th index from rank on
   // (its shard); drop_last in the sampler (no padded repeats) and in the loader (full batches

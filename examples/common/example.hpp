@@ -110,6 +110,20 @@ using run_monitor = trainkit::monitor::basic_run_monitor<>;
 #endif
 
 /// Seconds since construction.
+/// One start-up line: the threads each process runs and where that number came from
+/// (TRAINKIT_THREAD_DEFAULTS() in each example's main file; trainkit/core/threads.hpp).
+inline std::string threads_line() {
+  const trainkit::thread_settings t = trainkit::thread_defaults();
+  std::ostringstream s;
+  s << "threads: " << (t.threads > 0 ? std::to_string(t.threads) : std::string("runtime default")) << " per process";
+  if (t.threads_set_here)
+    s << " (" << t.cores << " cores / " << t.local_ranks << " local rank" << (t.local_ranks > 1 ? "s" : "") << ")";
+  else if (t.threads > 0)
+    s << " (OMP_NUM_THREADS)";
+  s << ", " << (t.passive ? "passive" : "spinning") << " wait";
+  return s.str();
+}
+
 class stopwatch {
  public:
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }

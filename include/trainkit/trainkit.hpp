@@ -20,3 +20,8 @@ namespace trainkit {
 using autograd::no_grad;
 using autograd::var;
 }  // namespace trainkit
+
+// Explicit instantiation declarations of the float/CPU ops (definitions in trainkit::precompiled).
+#if defined(TRAINKIT_PRECOMPILED) || defined(TRAINKIT_PRECOMPILED_DEFINITIONS)
+#include "trainkit/precompiled.hpp"
+#endif

@@ -18,3 +18,4 @@
 #include "trainkit/core/shape.hpp"
 #include "trainkit/core/storage.hpp"
 #include "trainkit/core/tensor.hpp"
+#include "trainkit/core/threads.hpp"
