@@ -2,7 +2,7 @@
 //
 //   build/examples/fashion_mnist_cnn --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N]
-//       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
+//       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
 //       [--tensorboard DIR]
 //
 // Reads the IDX files (Debian's dataset-fashion-mnist), trains with SGD + momentum under a
@@ -44,7 +44,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1);
   const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
   const double lr = f.real("lr", 0);
-  const bool resume = f.num("resume", 0, 1) != 0;
+  const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
   tk::set_seed(seed);  // every stream: init, dropout
@@ -82,10 +82,17 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
 
   // Snapshots: everything the next step depends on, including where the loader is in its epoch.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every});
+  // The settings that change the trajectory go into every snapshot; a resume that differs is an
+  // error (--resume 1) or a warning naming each difference (--resume auto).
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
+                             .resume = resume,
+                             .config = {{"batch", f.str("batch")}, {"seed", f.str("seed")}, {"lr", f.str("lr")},
+                                        {"epochs", f.str("epochs")}, {"train_limit", f.str("train-limit")},
+                                        {"precision", f.str("precision")}, {"model", example::signature(*model)}},
+                             .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", scaler).track("batches", batches);
-  run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
+  run.resume();  // no-op without --resume (and with --resume auto and no snapshot); a resumed epoch continues mid-way
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);

@@ -4,7 +4,7 @@
 //
 //   build/examples/fashion_mnist_resnet --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N] [--width 16]
-//       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
+//       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
 //       [--tensorboard DIR]
 //
 // --data: the Fashion-MNIST IDX files by default; a directory with CIFAR-10's binary batches
@@ -81,7 +81,7 @@ int train(const example::flags& f, Recompute recompute) {
   const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1), width = f.num("width", 1, 512);
   const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
   const double lr = f.real("lr", 0);
-  const bool resume = f.num("resume", 0, 1) != 0;
+  const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
   tk::set_seed(seed);
@@ -118,7 +118,14 @@ int train(const example::flags& f, Recompute recompute) {
       *model, opt, {.metrics = &monitor.metrics()}, scaler_t(), recompute);
   step.attach_schedule(schedule);
 
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every});
+  // The settings that change the trajectory go into every snapshot; a resume that differs is an
+  // error (--resume 1) or a warning naming each difference (--resume auto).
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
+                             .resume = resume,
+                             .config = {{"batch", f.str("batch")}, {"seed", f.str("seed")}, {"lr", f.str("lr")},
+                                        {"epochs", f.str("epochs")}, {"train_limit", f.str("train-limit")},
+                                        {"precision", f.str("precision")}, {"model", example::signature(*model)}},
+                             .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", step.scaler()).track("batches", batches);
   run.resume();

@@ -44,7 +44,8 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   const index_t epochs = f.num("epochs", 1), per_rank = f.num("batch", 1);
   const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
   const double lr = f.real("lr", 0);
-  const bool overlap = f.num("overlap", 0, 1) != 0, resume = f.num("resume", 0, 1) != 0;
+  const bool overlap = f.num("overlap", 0, 1) != 0;
+  const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535 - world + 1));
 
@@ -88,7 +89,14 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
 
   // Snapshots: rank 0 writes, every rank reads; a stop (signal on any rank) is agreed by all.
   // Shared state once; what differs by rank (residuals, dropout stream) once per rank.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every,
+  // What changes the trajectory is recorded and compared on resume (see fashion_mnist_cnn.cpp).
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
+                             .resume = resume,
+                             .config = {{"batch", f.str("batch")}, {"seed", f.str("seed")}, {"lr", f.str("lr")},
+                                        {"epochs", f.str("epochs")}, {"train_limit", f.str("train-limit")},
+                                        {"world_size", std::to_string(world)}, {"compression", f.str("compression")},
+                                        {"model", example::signature(*model)}},
+                             .every_steps = snapshot_every,
                              .rank = rank, .any_rank = tk::io::any_rank_of(comm),
                              .allgather_bytes = tk::io::allgather_bytes_of(comm)},
                             /*include_default_generator=*/false);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>  // std::isfinite
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <limits>
@@ -144,6 +145,32 @@ std::uint64_t digest(const Model& model) {
       h = (h ^ p[i]) * 1099511628211ull;
   }
   return h;
+}
+
+/// The model's structure for the snapshot's run_config: its parameter count and an FNV-1a digest
+/// of every parameter's and buffer's name and shape (not the values), so that a resume into
+/// another architecture is named as such before any tensor is read.
+template <class Model>
+std::string signature(const Model& model) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  };
+  for (const auto& [name, t] : model.state_dict()) mix(name + trainkit::to_string(t.sizes()) + ";");
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%lld parameters, layout %016llx", static_cast<long long>(model.num_parameters()),
+                static_cast<unsigned long long>(h));
+  return buf;
+}
+
+/// --resume: 0 (start over), 1 (a usable snapshot must be in --snapshot-dir) or auto (resume if
+/// there is one: for jobs a scheduler requeues). A bare --resume is 1.
+inline trainkit::io::resume_mode resume_flag(const flags& f) {
+  const std::string v = f.str("resume");
+  if (v == "0") return trainkit::io::resume_mode::off;
+  if (v == "1") return trainkit::io::resume_mode::required;
+  if (v == "auto") return trainkit::io::resume_mode::if_present;
+  throw std::invalid_argument("--resume: expected 0, 1 or auto, got '" + v + "'");
 }
 
 }  // namespace example

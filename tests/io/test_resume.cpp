@@ -104,7 +104,7 @@ void after_step(const io::resumable_run& run, const hooks& h) {
 
 io::resumable_run_options run_options(const fs::path& dir, bool resume, int rank = 0) {
   return {.dir = dir.empty() ? std::string() : dir.string(),
-          .resume = resume,
+          .resume = resume ? io::resume_mode::if_present : io::resume_mode::off,
           .every_steps = 3,
           .keep_last = 2,
           .rank = rank,

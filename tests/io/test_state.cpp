@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -323,7 +324,7 @@ TEST_CASE("resumable_run: periodic snapshots, stop on request, resume", "[io][re
   generator g(1);
   {
     io::resumable_run run({.dir = dir.string(),
-                           .resume = true,
+                           .resume = io::resume_mode::if_present,
                            .every_steps = 4,
                            .keep_last = 2,
                            .log = [&](std::string_view m) { log.emplace_back(m); }});
@@ -347,7 +348,7 @@ TEST_CASE("resumable_run: periodic snapshots, stop on request, resume", "[io][re
   }
   generator g2(1);
   io::resumable_run run2(
-      {.dir = dir.string(), .resume = true, .log = [&](std::string_view m) { log.emplace_back(m); }});
+      {.dir = dir.string(), .resume = io::resume_mode::required, .log = [&](std::string_view m) { log.emplace_back(m); }});
   run2.track("g", g2);
   REQUIRE(run2.resume());
   REQUIRE(run2.step() == 11);
@@ -361,6 +362,157 @@ TEST_CASE("resumable_run: periodic snapshots, stop on request, resume", "[io][re
   REQUIRE(!off.step_done());
   REQUIRE(off.step() == 1);
   REQUIRE(!off.save());
+}
+
+namespace {
+// A resumable_run over one generator, logging into `log`.
+io::resumable_run_options guard_options(const fs::path& dir, io::resume_mode mode, std::vector<std::string>& log,
+                                        std::vector<std::pair<std::string, std::string>> config = {}) {
+  return {.dir = dir.string(),
+          .resume = mode,
+          .config = std::move(config),
+          .handle_signals = false,
+          .log = [&log](std::string_view m) { log.emplace_back(m); }};
+}
+// Writes the snapshot of step `steps` of a run over generator g.
+void write_run(const fs::path& dir, int steps, std::vector<std::pair<std::string, std::string>> config = {}) {
+  std::vector<std::string> log;
+  generator g(1);
+  io::resumable_run run(guard_options(dir, io::resume_mode::off, log, std::move(config)));
+  run.track("g", g);
+  for (int i = 0; i < steps; ++i) {
+    g.reserve(1);
+    run.step_done();
+  }
+  run.save();
+}
+void damage(const fs::path& file) {  // flips a byte in the middle: the checksum no longer matches
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(fs::file_size(file) / 2));
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(static_cast<std::streamoff>(fs::file_size(file) / 2));
+  f.write(&c, 1);
+}
+}  // namespace
+
+TEST_CASE("--resume (required) needs a usable snapshot; auto starts from scratch", "[io][resumable][guard]") {
+  std::vector<std::string> log;
+  generator g(1);
+  SECTION("a mistyped directory") {
+    const auto dir = io_test::fresh_dir("guard_missing") / "typo";
+    io::resumable_run run(guard_options(dir, io::resume_mode::required, log));
+    run.track("g", g);
+    REQUIRE_THROWS_MATCHES(run.resume(), io_error,
+                           Catch::Matchers::Predicate<io_error>([&](const io_error& e) {
+                             const std::string m = e.what();
+                             return m.find("no usable snapshot in '" + dir.string() + "'") != std::string::npos &&
+                                    m.find("did not exist") != std::string::npos &&
+                                    m.find("--resume auto") != std::string::npos;
+                           }));
+    REQUIRE(g.offset() == 0);
+  }
+  SECTION("an empty directory, auto") {
+    const auto dir = io_test::fresh_dir("guard_empty_auto");
+    io::resumable_run run(guard_options(dir, io::resume_mode::if_present, log));
+    run.track("g", g);
+    REQUIRE(!run.resume());
+    REQUIRE_THAT(log.back(), Contains("starting from scratch"));
+  }
+}
+
+TEST_CASE("a damaged newest snapshot is kept aside, never overwritten", "[io][resumable][guard]") {
+  std::vector<std::string> log;
+  SECTION("the only snapshot damaged: required is an error naming why, auto starts over") {
+    const auto dir = io_test::fresh_dir("guard_damaged_only");
+    write_run(dir, 5);
+    const fs::path file = dir / "snapshot-000000000005.tks";
+    REQUIRE(fs::exists(file));
+    damage(file);
+    {
+      generator g(1);
+      io::resumable_run run(guard_options(dir, io::resume_mode::required, log));
+      run.track("g", g);
+      REQUIRE_THROWS_WITH(run.resume(), Contains("no usable snapshot") && Contains("rejected:") &&
+                                            Contains("snapshot-000000000005.tks"));
+    }
+    REQUIRE(!fs::exists(file));
+    const fs::path aside = dir / "snapshot-000000000005.tks.damaged";
+    REQUIRE(fs::exists(aside));
+    const auto damaged_size = fs::file_size(aside);
+    // auto: from scratch, and the new step-5 snapshot lands beside the damaged file.
+    write_run(dir, 5);
+    REQUIRE(fs::exists(file));
+    REQUIRE(fs::exists(aside));
+    REQUIRE(fs::file_size(aside) == damaged_size);
+  }
+  SECTION("a damaged newest file among good ones: fall back, set it aside") {
+    const auto dir = io_test::fresh_dir("guard_damaged_newest");
+    write_run(dir, 3);
+    write_run(dir, 6);
+    damage(dir / "snapshot-000000000006.tks");
+    generator g(1);
+    io::resumable_run run(guard_options(dir, io::resume_mode::required, log));
+    run.track("g", g);
+    REQUIRE(run.resume());
+    REQUIRE(run.step() == 3);
+    REQUIRE(g.offset() == 3);
+    REQUIRE(fs::exists(dir / "snapshot-000000000006.tks.damaged"));
+    REQUIRE(!fs::exists(dir / "snapshot-000000000006.tks"));
+    // A second damaged file of the same name gets its own suffix.
+    write_run(dir, 6);
+    damage(dir / "snapshot-000000000006.tks");
+    generator g2(1);
+    io::resumable_run run2(guard_options(dir, io::resume_mode::if_present, log));
+    run2.track("g", g2);
+    REQUIRE(run2.resume());
+    REQUIRE(fs::exists(dir / "snapshot-000000000006.tks.damaged.1"));
+  }
+}
+
+TEST_CASE("a resume whose trajectory settings differ says how", "[io][resumable][guard]") {
+  const auto dir = io_test::fresh_dir("guard_config");
+  write_run(dir, 4, {{"batch", "128"}, {"seed", "1"}, {"world_size", "2"}});
+  std::vector<std::string> log;
+  SECTION("the same settings resume quietly") {
+    generator g(1);
+    io::resumable_run run(
+        guard_options(dir, io::resume_mode::required, log, {{"batch", "128"}, {"seed", "1"}, {"world_size", "2"}}));
+    run.track("g", g);
+    REQUIRE(run.resume());
+    REQUIRE(g.offset() == 4);
+  }
+  SECTION("required: an error naming every difference, nothing restored") {
+    generator g(1);
+    io::resumable_run run(
+        guard_options(dir, io::resume_mode::required, log, {{"batch", "64"}, {"seed", "1"}, {"compression", "int8"}}));
+    run.track("g", g);
+    REQUIRE_THROWS_AS(run.resume(), value_error);
+    try {
+      run.resume();
+    } catch (const value_error& e) {
+      const std::string m = e.what();
+      CHECK_THAT(m, Contains("batch: snapshot '128', now '64'"));
+      CHECK_THAT(m, Contains("compression: not recorded in the snapshot, now 'int8'"));
+      CHECK_THAT(m, Contains("world_size: snapshot '2', not set now"));
+      CHECK_THAT(m, !Contains("seed"));
+    }
+    REQUIRE(g.offset() == 0);
+    REQUIRE(run.step() == 0);
+  }
+  SECTION("auto: a warning naming the difference, then the resume") {
+    generator g(1);
+    io::resumable_run run(
+        guard_options(dir, io::resume_mode::if_present, log, {{"batch", "64"}, {"seed", "1"}, {"world_size", "2"}}));
+    run.track("g", g);
+    REQUIRE(run.resume());
+    REQUIRE(g.offset() == 4);
+    bool warned = false;
+    for (const auto& l : log) warned = warned || (l.find("warning") != std::string::npos &&
+                                                  l.find("batch: snapshot '128', now '64'") != std::string::npos);
+    REQUIRE(warned);
+  }
 }
 
 TEST_CASE("the data component's sampler and loader resume through save_state", "[io][state][data]") {

@@ -2,9 +2,10 @@
 // and --resume in a few lines - a training_state, a snapshot_manager, a snapshot_timer and a
 // preemption_guard, driven from the loop by one call per step.
 //
-//   io::resumable_run run({.dir = flags.snapshot_dir, .resume = flags.resume, .every_steps = 500});
+//   io::resumable_run run({.dir = flags.snapshot_dir, .resume = io::resume_mode::required, .every_steps = 500,
+//                          .config = {{"batch", "128"}, {"seed", "1"}, {"model", signature}}});
 //   run.track("model", *model).track("optimizer", opt).track("schedule", schedule).track("batches", batches);
-//   run.resume();                                           // no-op without --resume or a snapshot
+//   run.resume();                                           // see resume_mode
 //   for (auto epoch = batches.epoch(); epoch < epochs; ++epoch) {
 //     if (epoch != batches.epoch()) batches.set_epoch(epoch);  // a resumed epoch continues mid-way
 //     for (auto& b : batches) {
@@ -34,10 +35,23 @@
 
 namespace trainkit::io {
 
+/// What resume() does (the examples' --resume 0 | 1 | auto).
+enum class resume_mode {
+  off,         ///< start from step 0 (snapshots are still written)
+  required,    ///< a usable snapshot must be there: none (an empty or mistyped directory, only
+               ///< damaged files) is an io_error; a differing `config` is an error too
+  if_present,  ///< resume when a usable snapshot is there, else start from step 0 (for jobs a
+               ///< scheduler requeues); a differing `config` is a warning naming each difference
+};
+
 /// Settings of resumable_run (the examples' --snapshot-dir, --resume, --snapshot-every).
 struct resumable_run_options {
   std::string dir = {};          ///< snapshot directory; empty: no snapshots, step_done() only counts
-  bool resume = false;           ///< resume() loads the newest good snapshot of dir
+  resume_mode resume = resume_mode::off;  ///< what resume() does
+  /// What changes the trajectory (batch size, world size, seed, compression, a model signature...):
+  /// written into every snapshot ("run_config" section) and compared on resume - a value that
+  /// differs, or a key only one side has, is an error (required) or a warning (if_present).
+  std::vector<std::pair<std::string, std::string>> config = {};
   std::int64_t every_steps = 0;  ///< periodic snapshot every this many steps (0: off)
   double every_seconds = 0.0;    ///< and/or every this many seconds (0: off)
   std::size_t keep_last = 3;     ///< snapshots kept
@@ -61,6 +75,8 @@ class resumable_run {
   explicit resumable_run(resumable_run_options o, bool include_default_generator = true)
       : o_(std::move(o)), state_(include_default_generator), timer_({o_.every_steps, o_.every_seconds}) {
     if (o_.dir.empty()) return;
+    std::error_code ec;
+    dir_existed_ = std::filesystem::is_directory(o_.dir, ec);
     snapshot_manager_options mo;
     mo.keep_last = o_.keep_last;
     mo.rank = o_.rank;
@@ -89,15 +105,28 @@ class resumable_run {
   bool enabled() const noexcept { return manager_.has_value(); }
   snapshot_manager* manager() noexcept { return manager_ ? &*manager_ : nullptr; }
 
-  /// With resume set: restores the newest snapshot that verifies (falling back past damaged
-  /// ones) and returns true; false when resume is off or the directory holds none.
+  /// Restores the newest snapshot that verifies (falling back past damaged ones, which the
+  /// manager renames aside) and returns true; false when resume is off, or with if_present when
+  /// the directory holds none. With required, no usable snapshot is an io_error naming the
+  /// directory and each rejected file; a config that differs from the snapshot's is a
+  /// value_error naming each difference (if_present: a warning). Nothing is restored on error.
   bool resume() {
-    if (!manager_ || !o_.resume) return false;
+    if (o_.resume == resume_mode::off) return false;
+    TRAINKIT_CHECK(manager_.has_value(), usage_error, "resumable_run::resume",
+                   "resuming needs a snapshot directory (resumable_run_options::dir is empty)");
     auto got = manager_->load_latest();
     if (!got) {
-      say("resumable_run: no snapshot in '" + o_.dir + "', starting from scratch");
+      const bool exists = dir_existed_;
+      TRAINKIT_CHECK(o_.resume != resume_mode::required, io_error, "resumable_run::resume",
+                     "--resume: no usable snapshot in '"
+                         << o_.dir << "'"
+                         << (exists ? std::string() : std::string(" (the directory did not exist)"))
+                         << rejected_list(manager_->last_rejected())
+                         << "; to start from scratch when there is none, resume if present (--resume auto)");
+      say("resumable_run: no usable snapshot in '" + o_.dir + "', starting from scratch");
       return false;
     }
+    check_config(got->snap);
     state_.restore(got->snap, o_.rank);
     timer_.saved(state_.progress().step);
     last_saved_ = got->from.path;
@@ -135,6 +164,10 @@ class resumable_run {
   std::optional<std::filesystem::path> save() {
     if (!manager_) return std::nullopt;
     snapshot snap = state_.capture_shared();
+    if (!o_.config.empty()) {
+      auto& c = snap.add_section(std::string(config_section));
+      for (const auto& [k, v] : o_.config) c.put_string(k, v);
+    }
     if (state_.has_per_rank()) {
       const snapshot mine = state_.capture_per_rank(o_.rank);
       if (o_.allgather_bytes) {
@@ -166,7 +199,46 @@ class resumable_run {
   bool stopped() const noexcept { return stopped_; }
   const std::optional<std::filesystem::path>& last_saved() const noexcept { return last_saved_; }
 
+  /// The snapshot section that holds resumable_run_options::config.
+  static constexpr std::string_view config_section = "run_config";
+
  private:
+  static std::string rejected_list(const std::vector<std::string>& rejected) {
+    std::string r;
+    for (const auto& why : rejected) r += "; rejected: " + why;
+    return r;
+  }
+  /// Compares the snapshot's run_config with ours (before anything is restored).
+  void check_config(const snapshot& snap) const {
+    if (o_.config.empty()) return;
+    if (!snap.contains(config_section)) {
+      say("resumable_run: the snapshot records no run configuration (written by an older trainkit); "
+          "not compared");
+      return;
+    }
+    const snapshot_section& saved = snap.section(config_section);
+    std::string diff;
+    int n = 0;
+    auto add = [&](const std::string& what) { diff += (n++ ? "; " : "") + what; };
+    for (const auto& [k, v] : o_.config) {
+      if (!saved.contains(k))
+        add(k + ": not recorded in the snapshot, now '" + v + "'");
+      else if (saved.get_string(k) != v)
+        add(k + ": snapshot '" + saved.get_string(k) + "', now '" + v + "'");
+    }
+    for (const auto& k : saved.names()) {
+      bool ours = false;
+      for (const auto& kv : o_.config) ours = ours || kv.first == k;
+      if (!ours) add(k + ": snapshot '" + saved.get_string(k) + "', not set now");
+    }
+    if (n == 0) return;
+    const std::string where = snap.source().empty() ? std::string("the snapshot") : "'" + snap.source() + "'";
+    TRAINKIT_CHECK(o_.resume != resume_mode::required, value_error, "resumable_run::resume",
+                   "this run differs from " << where << " in what changes the trajectory (" << diff
+                                            << "); run with the snapshot's settings, or --resume auto to continue anyway");
+    say("resumable_run: warning: this run differs from " + where + " (" + diff + "); continuing as asked");
+  }
+
   void say(std::string_view m) const {
     if (o_.log)
       o_.log(m);
@@ -182,6 +254,7 @@ class resumable_run {
   std::optional<std::filesystem::path> last_saved_;
   bool stopped_ = false;
   bool stop_requested_ = false;
+  bool dir_existed_ = false;  // before the manager created it: a mistyped --snapshot-dir shows
 };
 
 }  // namespace trainkit::io

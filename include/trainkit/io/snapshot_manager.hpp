@@ -37,6 +37,9 @@ struct snapshot_manager_options {
   std::string prefix = "snapshot";                 ///< file names: `<prefix>-<step, 12 digits>.tks`
   write_options write = {};                        ///< fsync, failure-injection hook
   std::function<void(std::string_view)> log = {};  ///< fallbacks and pruning; empty: stderr
+  /// load_latest() renames a snapshot it cannot use to "<name>.damaged" (rank 0), so that it is
+  /// kept for inspection and a later save of the same step never overwrites it.
+  bool set_aside_damaged = true;
 };
 
 /// The snapshots of one run in one directory (one writer per directory).
@@ -144,17 +147,22 @@ class snapshot_manager {
           say("snapshot_manager: falling back to '" + it->path.string() + "' (step " +
               std::to_string(it->step) + ") after " + std::to_string(rejected.size()) +
               " unusable newer snapshot(s)");
+        last_rejected_ = rejected;
         return loaded{std::move(s), *it, std::move(rejected)};
       } catch (const io_error& e) {
         rejected.push_back(e.what());
         say(std::string("snapshot_manager: skipping an unusable snapshot: ") + e.what());
+        set_aside(it->path);
       }
     }
     if (!rejected.empty())
       say("snapshot_manager: no usable snapshot in '" + dir_.string() + "' (" +
           std::to_string(rejected.size()) + " file(s) rejected)");
+    last_rejected_ = std::move(rejected);
     return std::nullopt;
   }
+  /// Why each file was rejected by the last load_latest() that found nothing usable.
+  const std::vector<std::string>& last_rejected() const noexcept { return last_rejected_; }
 
  private:
   /// The step of "<prefix>-<digits>.tks"; nullopt for any other name.
@@ -171,6 +179,22 @@ class snapshot_manager {
     if (ec != std::errc() || ptr != last || step < 0) return std::nullopt;
     return step;
   }
+  /// Renames an unusable snapshot to "<name>.damaged" (".damaged.1", ... if taken); rank 0 only.
+  void set_aside(const std::filesystem::path& p) const {
+    if (!opts_.set_aside_damaged || opts_.rank != 0) return;
+    std::error_code ec;
+    std::filesystem::path to = p;
+    to += ".damaged";
+    for (int i = 1; std::filesystem::exists(to, ec) && i < 1000; ++i) {
+      to = p;
+      to += ".damaged." + std::to_string(i);
+    }
+    std::filesystem::rename(p, to, ec);
+    if (ec)
+      say("snapshot_manager: could not set '" + p.string() + "' aside: " + ec.message());
+    else
+      say("snapshot_manager: kept the unusable snapshot as '" + to.string() + "'");
+  }
   void say(const std::string& msg) const {
     if (opts_.log)
       opts_.log(msg);
@@ -180,6 +204,7 @@ class snapshot_manager {
 
   std::filesystem::path dir_;
   snapshot_manager_options opts_;
+  mutable std::vector<std::string> last_rejected_;
 };
 
 }  // namespace trainkit::io
