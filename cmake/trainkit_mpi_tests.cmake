@@ -62,7 +62,9 @@ foreach(source IN LISTS trainkit_mpi_sources)
       continue()
     endif()
     set(run_script "${PROJECT_SOURCE_DIR}/cmake/trainkit_mpi_run.cmake")
-    set(survivors "rank 0: dist_error at iteration [0-9]+ after|rank 1: dist_error at iteration [0-9]+ after")
+    # Every survivor names the failed rank, its host and pid (the probe after the timeout).
+    set(named ".*rank 2 \\(host [^,]+, pid [0-9]+\\) did not answer within [0-9]+ ms - dead or stalled")
+    set(survivors "rank 0: dist_error at iteration [0-9]+ after${named}|rank 1: dist_error at iteration [0-9]+ after${named}")
     foreach(mode IN ITEMS kill stall)
       # --enable-recovery: mpirun keeps the job alive when a rank dies, so the survivors must find out
       # by themselves (our timeout); without it mpirun kills them all about 1 s later (test below).

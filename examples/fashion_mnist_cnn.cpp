@@ -126,7 +126,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
-        return 0;
+        return example::exit_restart;  // 75: "run me again" (the snapshot is written)
       }
     }
     bar.end();  // the epoch's summary line takes its place

@@ -145,7 +145,7 @@ int train(const example::flags& f, Recompute recompute) {
       if (run.step_done()) {
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
-        return 0;
+        return example::exit_restart;  // 75: "run me again" (the snapshot is written)
       }
     }
     bar.end();

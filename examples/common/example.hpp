@@ -111,6 +111,10 @@ using run_monitor = trainkit::monitor::basic_run_monitor<>;
 #endif
 
 /// Seconds since construction.
+/// The exit status that asks a scheduler to run the job again (sysexits.h EX_TEMPFAIL): a stop
+/// signal arrived (snapshot written) or a peer rank failed. 1 stays for the user's own errors.
+inline constexpr int exit_restart = 75;
+
 /// One start-up line: the threads each process runs and where that number came from
 /// (TRAINKIT_THREAD_DEFAULTS() in each example's main file; trainkit/core/threads.hpp).
 inline std::string threads_line() {

@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>  // getpid
+
 #include "trainkit/core/error.hpp"
 #include "trainkit/dist/check_consistent.hpp"
 #include "trainkit/dist/detail/collective.hpp"
@@ -36,8 +38,10 @@ namespace trainkit::dist {
 struct mpi_options {
   /// How long wait() polls a collective before it declares a peer dead or stalled and throws
   /// dist_error. The environment variable TRAINKIT_DIST_TIMEOUT_MS (milliseconds) overrides it, so a
-  /// job script can tighten or loosen it without a rebuild.
-  std::chrono::milliseconds timeout{60000};
+  /// job script can tighten or loosen it without a rebuild. After a timeout the survivors ask
+  /// each other (a short point-to-point probe) and the error names every rank that did not
+  /// answer, with its host and pid.
+  std::chrono::milliseconds timeout{30000};
 };
 
 namespace detail {
@@ -137,9 +141,65 @@ inline bool mpi_ensure_initialized(int* argc, char*** argv) {
 // The duplicated communicator and what every work of it shares.
 struct mpi_comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm probe_comm = MPI_COMM_NULL;  // the liveness probe after a timeout (its own tag space)
   int rank = 0;
   int size = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{30000};
+  std::vector<std::string> hosts;  // every rank's host and pid, gathered at construction
+  std::vector<long> pids;
+  int probe_token = 0;             // what a probe sends (it must outlive the send)
+  bool probe_all_waiting = false;  // every peer's probe was there at once: this rank was the late one
+  std::vector<int> probe_in;       // what it receives
+
+  /// "rank 2 (host h, pid 123)"
+  std::string who(int r) const {
+    std::string s = "rank " + std::to_string(r);
+    if (r >= 0 && static_cast<std::size_t>(r) < hosts.size())
+      s += " (host " + hosts[r] + ", pid " + std::to_string(pids[r]) + ")";
+    return s;
+  }
+
+  /// After a timeout: every survivor sends "alive" to every other rank and waits up to `window`
+  /// for theirs; returns the ranks that did not answer (dead, stalled, or not waiting for the
+  /// same collective). Once per communicator (it is broken afterwards); requests towards a dead
+  /// rank are left to the process's end.
+  std::vector<int> probe_silent_ranks(std::chrono::milliseconds window) {
+    std::vector<int> silent;
+    if (probe_comm == MPI_COMM_NULL || size <= 1) return silent;
+    constexpr int tag = 0x7c1;
+    probe_token = rank;
+    probe_in.assign(static_cast<std::size_t>(size), -1);
+    std::vector<MPI_Request> recv(static_cast<std::size_t>(size), MPI_REQUEST_NULL);
+    {
+      auto lk = mpi_process::get().lock();
+      for (int r = 0; r < size; ++r) {
+        if (r == rank) continue;
+        MPI_Irecv(&probe_in[r], 1, MPI_INT, r, tag, probe_comm, &recv[r]);
+        MPI_Request send = MPI_REQUEST_NULL;
+        if (MPI_Isend(&probe_token, 1, MPI_INT, r, tag, probe_comm, &send) == MPI_SUCCESS)
+          MPI_Request_free(&send);  // completes (or not) on its own; the token lives in this state
+      }
+    }
+    bool first = true;
+    probe_all_waiting = false;
+    poll_until(
+        [&] {
+          bool all = true;
+          auto lk = mpi_process::get().lock();
+          for (int r = 0; r < size; ++r) {
+            if (recv[r] == MPI_REQUEST_NULL) continue;
+            int flag = 0;
+            if (MPI_Test(&recv[r], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS || !flag) all = false;
+          }
+          if (first && all) probe_all_waiting = true;  // every peer had probed before us
+          first = false;
+          return all;
+        },
+        window);
+    for (int r = 0; r < size; ++r)
+      if (r != rank && recv[r] != MPI_REQUEST_NULL) silent.push_back(r);
+    return silent;
+  }
   std::atomic<bool> broken{false};
   std::mutex broken_mutex;
   std::string broken_reason;
@@ -164,6 +224,7 @@ struct mpi_comm_state {
     if (comm != MPI_COMM_NULL && !finalized && !broken) {
       auto lk = mpi_process::get().lock();
       MPI_Comm_free(&comm);
+      if (probe_comm != MPI_COMM_NULL) MPI_Comm_free(&probe_comm);
     }
   }
 };
@@ -212,9 +273,21 @@ class mpi_work final : public work_state {
           },
           c_->timeout);
       if (!settled) {
+        // Who is missing: the survivors are all timing out about now; ask them.
+        const auto window = std::clamp(c_->timeout / 4, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
+        const std::vector<int> silent = c_->probe_silent_ranks(window);
         std::ostringstream os;
-        os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call()
-           << " to complete (a peer may have died or stalled; the communicator cannot be used any more)";
+        os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call() << " to complete: ";
+        if (silent.empty() && c_->probe_all_waiting) {
+          os << "every other rank had already given up on it and probed - this rank was the late one";
+        } else if (silent.empty()) {
+          os << "every rank answered a probe afterwards (a slow peer)";
+        } else {
+          for (std::size_t i = 0; i < silent.size(); ++i) os << (i ? ", " : "") << c_->who(silent[i]);
+          os << " did not answer within " << window.count()
+             << " ms - dead or stalled";
+        }
+        os << "; this is " << c_->who(c_->rank) << "; the communicator cannot be used any more";
         c_->mark_broken(os.str());
         abandon();
         fail(os.str());
@@ -370,6 +443,28 @@ class mpi {
     TRAINKIT_CHECK(
         detail::mpi_float16_ops::get().error == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
         "MPI_Op_create failed: " << detail::mpi_error_string(detail::mpi_float16_ops::get().error));
+    // Who is who, for the messages after a failure: every rank's host and pid.
+    rc = MPI_Comm_dup(state_->comm, &state_->probe_comm);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(state_->probe_comm, MPI_ERRORS_RETURN);
+    constexpr int name_bytes = 64;
+    char mine[name_bytes + sizeof(long)] = {};
+    int len = 0;
+    char host[MPI_MAX_PROCESSOR_NAME] = {};
+    if (rc == MPI_SUCCESS) rc = MPI_Get_processor_name(host, &len);
+    std::memcpy(mine, host, static_cast<std::size_t>(std::clamp(len, 0, name_bytes - 1)));
+    const long pid = static_cast<long>(::getpid());
+    std::memcpy(mine + name_bytes, &pid, sizeof pid);
+    std::vector<char> all(sizeof mine * static_cast<std::size_t>(state_->size));
+    if (rc == MPI_SUCCESS) rc = MPI_Allgather(mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, state_->comm);
+    TRAINKIT_CHECK(rc == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
+                   "exchanging host names failed: " << detail::mpi_error_string(rc));
+    for (int r = 0; r < state_->size; ++r) {
+      const char* p = all.data() + sizeof mine * static_cast<std::size_t>(r);
+      state_->hosts.emplace_back(p, strnlen(p, name_bytes));
+      long q = 0;
+      std::memcpy(&q, p + name_bytes, sizeof q);
+      state_->pids.push_back(q);
+    }
   }
 
   mpi(mpi&&) noexcept = default;

@@ -117,7 +117,7 @@ struct nccl_state {
   int device = 0;
   int rank = 0;
   int size = 1;
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{30000};
   std::int32_t* barrier_word = nullptr;  // device memory the barrier's 1-element allreduce works on
   cudaEvent_t order = nullptr;           // recorded on the caller's stream, waited on by `stream`
   void* staging = nullptr;               // device copy of host buffers (staged collectives)

@@ -12,7 +12,7 @@ struct nccl_options {
   /// (ncclCommAbort) and throws dist_error. TRAINKIT_DIST_TIMEOUT_MS overrides it, as for mpi.
   /// PyTorch's NCCL watchdog defaults to 30 minutes; a training step takes seconds, so one minute
   /// catches a dead peer long before a job's budget is gone.
-  std::chrono::milliseconds timeout{60000};
+  std::chrono::milliseconds timeout{30000};
 };
 
 /// A communicator over NCCL on one CUDA device (dist/nccl.cuh).
