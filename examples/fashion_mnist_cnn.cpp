@@ -86,9 +86,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   // error (--resume 1) or a warning naming each difference (--resume auto).
   tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
                              .resume = resume,
-                             .config = {{"batch", f.str("batch")}, {"seed", f.str("seed")}, {"lr", f.str("lr")},
-                                        {"epochs", f.str("epochs")}, {"train_limit", f.str("train-limit")},
-                                        {"precision", f.str("precision")}, {"model", example::signature(*model)}},
+                             .config = example::run_config(f, *model, {{"precision", f.str("precision")}}),
                              .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", scaler).track("batches", batches);

@@ -92,10 +92,8 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   // What changes the trajectory is recorded and compared on resume (see fashion_mnist_cnn.cpp).
   tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
                              .resume = resume,
-                             .config = {{"batch", f.str("batch")}, {"seed", f.str("seed")}, {"lr", f.str("lr")},
-                                        {"epochs", f.str("epochs")}, {"train_limit", f.str("train-limit")},
-                                        {"world_size", std::to_string(world)}, {"compression", f.str("compression")},
-                                        {"model", example::signature(*model)}},
+                             .config = example::run_config(f, *model, {{"world_size", std::to_string(world)},
+                                                                       {"compression", f.str("compression")}}),
                              .every_steps = snapshot_every,
                              .rank = rank, .any_rank = tk::io::any_rank_of(comm),
                              .allgather_bytes = tk::io::allgather_bytes_of(comm)},

@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>  // std::errc
+#include <utility>
+#include <vector>
 
 #include <trainkit/trainkit.hpp>
 #if TRAINKIT_EXAMPLE_HTTP  // set by examples/CMakeLists.txt when trainkit::monitor_http is linked
@@ -165,6 +167,20 @@ std::string signature(const Model& model) {
   std::snprintf(buf, sizeof buf, "%lld parameters, layout %016llx", static_cast<long long>(model.num_parameters()),
                 static_cast<unsigned long long>(h));
   return buf;
+}
+
+/// What changes a run's trajectory, for resumable_run_options::config: recorded in every snapshot
+/// and compared on resume (a difference is an error with --resume 1, a warning with auto).
+/// `more`: the program's own (precision; world size and compression under DDP).
+template <class Model>
+std::vector<std::pair<std::string, std::string>> run_config(const flags& f, const Model& model,
+                                                            std::vector<std::pair<std::string, std::string>> more = {}) {
+  std::vector<std::pair<std::string, std::string>> c = {
+      {"batch", f.str("batch")},   {"seed", f.str("seed")},
+      {"lr", f.str("lr")},         {"epochs", f.str("epochs")},
+      {"train_limit", f.str("train-limit")}, {"model", signature(model)}};
+  for (auto& kv : more) c.push_back(std::move(kv));
+  return c;
 }
 
 /// --resume: 0 (start over), 1 (a usable snapshot must be in --snapshot-dir) or auto (resume if
