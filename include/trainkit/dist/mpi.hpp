@@ -147,7 +147,7 @@ struct mpi_comm_state {
   std::chrono::milliseconds timeout{30000};
   std::vector<std::string> hosts;  // every rank's host and pid, gathered at construction
   std::vector<long> pids;
-  int probe_token = 0;             // what a probe sends (it must outlive the send)
+  static constexpr int probe_token = 1;  // what a probe sends (outlives every send)
   bool probe_all_waiting = false;  // every peer's probe was there at once: this rank was the late one
   std::vector<int> probe_in;       // what it receives
 
@@ -167,7 +167,6 @@ struct mpi_comm_state {
     std::vector<int> silent;
     if (probe_comm == MPI_COMM_NULL || size <= 1) return silent;
     constexpr int tag = 0x7c1;
-    probe_token = rank;
     probe_in.assign(static_cast<std::size_t>(size), -1);
     std::vector<MPI_Request> recv(static_cast<std::size_t>(size), MPI_REQUEST_NULL);
     {
@@ -176,8 +175,8 @@ struct mpi_comm_state {
         if (r == rank) continue;
         MPI_Irecv(&probe_in[r], 1, MPI_INT, r, tag, probe_comm, &recv[r]);
         MPI_Request send = MPI_REQUEST_NULL;
-        if (MPI_Isend(&probe_token, 1, MPI_INT, r, tag, probe_comm, &send) == MPI_SUCCESS)
-          MPI_Request_free(&send);  // completes (or not) on its own; the token lives in this state
+        // Completes (or not) on its own: the buffer is a constant that lives as long as the process.
+        if (MPI_Isend(&probe_token, 1, MPI_INT, r, tag, probe_comm, &send) == MPI_SUCCESS) MPI_Request_free(&send);
       }
     }
     bool first = true;
@@ -196,8 +195,15 @@ struct mpi_comm_state {
           return all;
         },
         window);
+    auto lk = mpi_process::get().lock();
     for (int r = 0; r < size; ++r)
-      if (r != rank && recv[r] != MPI_REQUEST_NULL) silent.push_back(r);
+      if (r != rank && recv[r] != MPI_REQUEST_NULL) {
+        silent.push_back(r);
+        // A stalled rank may probe later: cancel the receive so that nothing writes into
+        // probe_in after this state is gone.
+        MPI_Cancel(&recv[r]);
+        MPI_Request_free(&recv[r]);
+      }
     return silent;
   }
   std::atomic<bool> broken{false};
