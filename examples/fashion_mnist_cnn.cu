@@ -2,7 +2,7 @@
 //
 //   build/examples/fashion_mnist_cnn_cuda --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N] [--tf32]
-//       [--snapshot-dir DIR [--resume] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
+//       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
 //       [--tensorboard DIR]
 //
 // The same model, data, optimizer and schedule as the CPU example - only the device type differs:
@@ -43,7 +43,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1);
   const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
   const double lr = f.real("lr", 0);
-  const bool resume = f.num("resume", 0, 1) != 0;
+  const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
   tk::gpu::settings().allow_tf32 = f.num("tf32", 0, 1) != 0;
@@ -88,7 +88,10 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
 
   // Snapshots: model and optimizer state come from the device, the loader's place in its epoch
   // and the generator (dropout) from the host.
-  tk::io::resumable_run run({.dir = f.str("snapshot-dir"), .resume = resume, .every_steps = snapshot_every});
+  tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
+                             .resume = resume,
+                             .config = example::run_config(f, *model, {{"precision", f.str("precision")}}),
+                             .every_steps = snapshot_every});
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule)
       .track("scaler", scaler).track("batches", batches);
   run.resume();  // no-op without --resume or a snapshot; a resumed epoch continues mid-way
@@ -125,7 +128,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
-        return 0;
+        return example::exit_restart;  // 75: "run me again" (the snapshot is written)
       }
     }
     bar.end();  // the epoch's summary line takes its place

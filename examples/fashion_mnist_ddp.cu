@@ -23,31 +23,44 @@
 namespace tk = trainkit;
 namespace dist = trainkit::dist;
 
-int main(int argc, char** argv) try {
+int main(int argc, char** argv) {
+  // As fashion_mnist_ddp.cpp: MPI outside the handlers; 75 after a stop signal or a failed peer,
+  // a rank's own error printed first and then MPI_Abort for the whole job.
   dist::mpi::environment env(argc, argv);
-  const auto f = example::ddp_flags(argc, argv);
-  dist::mpi comm;
-  if (!tk::gpu::available()) {
-    if (comm.rank() == 0) std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  using pinned = tk::gpu::pinned_memory;
-  const std::string how = f.str("comm");
-  if (how == "nccl") {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    const auto f = example::ddp_flags(argc, argv);
+    dist::mpi comm;
+    if (!tk::gpu::available()) {
+      if (comm.rank() == 0) std::printf("SKIPPED: no CUDA device\n");
+      return 77;
+    }
+    using pinned = tk::gpu::pinned_memory;
+    const std::string how = f.str("comm");
+    bool stopped = false;
+    if (how == "nccl") {
 #if TRAINKIT_HAS_NCCL
-    dist::nccl grads(comm);  // on the local rank's GPU, which it makes current
-    example::train_ddp_with<tk::cuda, pinned>(comm, grads, f);
+      dist::nccl grads(comm);  // on the local rank's GPU, which it makes current
+      stopped = example::train_ddp_with<tk::cuda, pinned>(comm, grads, f);
 #else
-    throw std::invalid_argument("--comm nccl: this build has no NCCL (use --comm mpi)");
+      throw std::invalid_argument("--comm nccl: this build has no NCCL (use --comm mpi)");
 #endif
-  } else if (how == "mpi") {
-    dist::select_local_device();
-    example::train_ddp_with<tk::cuda, pinned>(comm, comm, f);
-  } else {
-    throw std::invalid_argument("--comm must be nccl or mpi, got '" + how + "'");
+    } else if (how == "mpi") {
+      dist::select_local_device();
+      stopped = example::train_ddp_with<tk::cuda, pinned>(comm, comm, f);
+    } else {
+      throw std::invalid_argument("--comm must be nccl or mpi, got '" + how + "'");
+    }
+    return stopped ? example::exit_restart : 0;
+  } catch (const dist::dist_error& e) {
+    std::fprintf(stderr, "fashion_mnist_ddp_cuda: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    return example::exit_restart;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fashion_mnist_ddp_cuda: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
   }
-  return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "fashion_mnist_ddp_cuda: %s\n", e.what());
-  return 1;
 }
