@@ -20,8 +20,6 @@
 // rank 0 writes its metrics (loss, learning rate, communication share ...) and the test accuracy
 // per epoch as TensorBoard scalars. The CUDA build (fashion_mnist_ddp.cu -> fashion_mnist_ddp_cuda)
 // runs the same job with one process per GPU; --comm nccl|mpi chooses its gradient transport.
-#include <cstdio>
-#include <exception>
 
 #include "common/ddp_train.hpp"  // the training job, on either device
 
@@ -33,27 +31,10 @@ namespace tk = trainkit;
 namespace dist = trainkit::dist;
 
 int main(int argc, char** argv) {
-  // MPI lives outside the handlers: an error is printed first and then ends the job (MPI_Abort),
-  // never waits in MPI_Finalize for peers that are still inside a collective.
-  dist::mpi::environment env(argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
+  return example::ddp_main("fashion_mnist_ddp", argc, argv, [&] {
     const auto f = example::ddp_flags(argc, argv);
     dist::mpi comm;
     // A stop signal (snapshot written): 75, so that the scheduler requeues the job.
     return example::train_ddp_with<tk::cpu, tk::data::pageable_memory>(comm, comm, f) ? example::exit_restart : 0;
-  } catch (const dist::dist_error& e) {
-    // A peer died or stalled (named in the message): the job is broken, and worth restarting.
-    std::fprintf(stderr, "fashion_mnist_ddp: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    return example::exit_restart;
-  } catch (const std::exception& e) {
-    // This rank's own error (a bad flag, a full disk, a damaged file): say it, then end every rank
-    // now - the others would otherwise wait in their next collective until the timeout.
-    std::fprintf(stderr, "fashion_mnist_ddp: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
+  });
 }

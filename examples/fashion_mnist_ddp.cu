@@ -24,12 +24,9 @@ namespace tk = trainkit;
 namespace dist = trainkit::dist;
 
 int main(int argc, char** argv) {
-  // As fashion_mnist_ddp.cpp: MPI outside the handlers; 75 after a stop signal or a failed peer,
-  // a rank's own error printed first and then MPI_Abort for the whole job.
-  dist::mpi::environment env(argc, argv);
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  try {
+  // As fashion_mnist_ddp.cpp: 75 after a stop signal or a failed peer, a rank's own error printed
+  // first and then MPI_Abort for the whole job (example::ddp_main).
+  return example::ddp_main("fashion_mnist_ddp_cuda", argc, argv, [&] {
     const auto f = example::ddp_flags(argc, argv);
     dist::mpi comm;
     if (!tk::gpu::available()) {
@@ -53,14 +50,5 @@ int main(int argc, char** argv) {
       throw std::invalid_argument("--comm must be nccl or mpi, got '" + how + "'");
     }
     return stopped ? example::exit_restart : 0;
-  } catch (const dist::dist_error& e) {
-    std::fprintf(stderr, "fashion_mnist_ddp_cuda: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    return example::exit_restart;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "fashion_mnist_ddp_cuda: rank %d: %s\n", rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
-  }
+  });
 }

@@ -8,6 +8,7 @@
 #include <cmath>  // NAN: a step's loss that nobody watches is not read back from the GPU
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -195,6 +196,30 @@ bool train_ddp_with(dist::mpi& comm, Comm& grads, const flags& f) {
   if (c == "int8") return train_ddp<Device, dist::int8, Memory>(comm, grads, f);
   if (c == "sign_1bit" || c == "1bit") return train_ddp<Device, dist::sign_1bit, Memory>(comm, grads, f);
   throw std::invalid_argument("--compression must be none, fp16, bf16, int8 or sign_1bit, got '" + c + "'");
+}
+
+/// main() of a DDP example around `job` (returns the exit status). MPI lives outside the
+/// handlers, so an error is printed first and never waits in MPI_Finalize for peers that are still
+/// inside a collective: a failed peer (dist_error, which names it) exits 75, worth restarting; this
+/// rank's own error (a bad flag, a full disk, a damaged file) ends every rank now (MPI_Abort) -
+/// the others would otherwise wait in their next collective until the timeout.
+template <class Job>
+int ddp_main(const char* program, int argc, char** argv, Job job) {
+  dist::mpi::environment env(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    return job();
+  } catch (const dist::dist_error& e) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", program, rank, e.what());
+    std::fflush(stderr);
+    return exit_restart;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: rank %d: %s\n", program, rank, e.what());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
 }
 
 }  // namespace example

@@ -141,14 +141,19 @@ class stopwatch {
 
 /// FNV-1a over the bytes of every parameter and buffer (state_dict order): equal digests mean
 /// bit-identical models, e.g. a run that was interrupted and resumed against one that was not.
+inline std::uint64_t fnv1a(std::uint64_t h, const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+inline constexpr std::uint64_t fnv1a_basis = 1469598103934665603ull;
+
 template <class Model>
 std::uint64_t digest(const Model& model) {
-  std::uint64_t h = 1469598103934665603ull;
+  std::uint64_t h = fnv1a_basis;
   for (const auto& [name, t] : model.state_dict()) {
     const auto c = t.template to<trainkit::cpu>().contiguous();  // a CUDA model's too
-    const auto* p = reinterpret_cast<const unsigned char*>(c.data());
-    for (std::size_t i = 0; i < static_cast<std::size_t>(c.numel()) * sizeof(*c.data()); ++i)
-      h = (h ^ p[i]) * 1099511628211ull;
+    h = fnv1a(h, c.data(), static_cast<std::size_t>(c.numel()) * sizeof(*c.data()));
   }
   return h;
 }
@@ -158,11 +163,11 @@ std::uint64_t digest(const Model& model) {
 /// another architecture is named as such before any tensor is read.
 template <class Model>
 std::string signature(const Model& model) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  };
-  for (const auto& [name, t] : model.state_dict()) mix(name + trainkit::to_string(t.sizes()) + ";");
+  std::uint64_t h = fnv1a_basis;
+  for (const auto& [name, t] : model.state_dict()) {
+    const std::string entry = name + trainkit::to_string(t.sizes()) + ";";
+    h = fnv1a(h, entry.data(), entry.size());
+  }
   char buf[64];
   std::snprintf(buf, sizeof buf, "%lld parameters, layout %016llx", static_cast<long long>(model.num_parameters()),
                 static_cast<unsigned long long>(h));

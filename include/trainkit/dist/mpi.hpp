@@ -161,8 +161,8 @@ struct mpi_comm_state {
 
   /// After a timeout: every survivor sends "alive" to every other rank and waits up to `window`
   /// for theirs; returns the ranks that did not answer (dead, stalled, or not waiting for the
-  /// same collective). Once per communicator (it is broken afterwards); requests towards a dead
-  /// rank are left to the process's end.
+  /// same collective). Once per communicator (it is broken afterwards). The sends are freed at
+  /// once; the receives from silent ranks are cancelled.
   std::vector<int> probe_silent_ranks(std::chrono::milliseconds window) {
     std::vector<int> silent;
     if (probe_comm == MPI_COMM_NULL || size <= 1) return silent;

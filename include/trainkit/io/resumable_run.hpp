@@ -116,11 +116,10 @@ class resumable_run {
                    "resuming needs a snapshot directory (resumable_run_options::dir is empty)");
     auto got = manager_->load_latest();
     if (!got) {
-      const bool exists = dir_existed_;
       TRAINKIT_CHECK(o_.resume != resume_mode::required, io_error, "resumable_run::resume",
                      "--resume: no usable snapshot in '"
                          << o_.dir << "'"
-                         << (exists ? std::string() : std::string(" (the directory did not exist)"))
+                         << (dir_existed_ ? std::string() : std::string(" (the directory did not exist)"))
                          << rejected_list(manager_->last_rejected())
                          << "; to start from scratch when there is none, resume if present (--resume auto)");
       say("resumable_run: no usable snapshot in '" + o_.dir + "', starting from scratch");
