@@ -16,8 +16,10 @@
 // every bucket in finish() instead of during backward, to see what overlapping hides.
 // --snapshot-dir: rank 0 writes the whole state (with every rank's error-feedback residuals and
 // dropout stream) every --snapshot-every steps and when any rank gets SIGTERM/SIGINT; --resume
-// restores it on every rank. --metrics-port: rank r serves /metrics on port P + r. --tensorboard DIR:
-// rank 0 writes its metrics (loss, learning rate, communication share ...) and the test accuracy
+// restores it on every rank - on any number of ranks: a snapshot of N ranks resumes on M, the
+// error-feedback residuals redistributed and the epoch continued from its global sample position.
+// --stop-after K stops after K steps of this run as a signal would (snapshot, exit 75).
+// --metrics-port: rank r serves /metrics on port P + r. --tensorboard DIR: rank 0 writes its metrics (loss, learning rate, communication share ...) and the test accuracy
 // per epoch as TensorBoard scalars. The CUDA build (fashion_mnist_ddp.cu -> fashion_mnist_ddp_cuda)
 // runs the same job with one process per GPU; --comm nccl|mpi chooses its gradient transport.
 

@@ -48,6 +48,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   const bool overlap = f.num("overlap", 0, 1) != 0;
   const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
+  const index_t stop_after = f.num("stop-after", 0);  // steps of this run, then stop as on a signal
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535 - world + 1));
 
   // Data: every rank loads all of it (the files are small); the sampler below picks its shard.
@@ -91,17 +92,19 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   // Snapshots: rank 0 writes, every rank reads; a stop (signal on any rank) is agreed by all.
   // Shared state once; what differs by rank (residuals, dropout stream) once per rank.
   // What changes the trajectory is recorded and compared on resume (see fashion_mnist_cnn.cpp).
+  // The world size may change: a snapshot of N ranks resumes on this job's `world` - error-feedback
+  // residuals redistributed, the epoch continued from its global sample position (docs/ddp.md).
   tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
                              .resume = resume,
-                             .config = example::run_config(f, *model, {{"world_size", std::to_string(world)},
-                                                                       {"compression", f.str("compression")}}),
+                             .config = example::run_config(f, *model, {{"compression", f.str("compression")}}),
                              .every_steps = snapshot_every,
-                             .rank = rank, .any_rank = tk::io::any_rank_of(comm),
+                             .rank = rank, .world_size = world, .any_rank = tk::io::any_rank_of(comm),
                              .allgather_bytes = tk::io::allgather_bytes_of(comm)},
                             /*include_default_generator=*/false);
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule).track("batches", batches);
   run.track_per_rank("compression", ddp.compression()).track_per_rank("rng.default", tk::default_generator());
   run.resume();
+  const std::int64_t first_step = run.step();
   example::run_monitor monitor(
       {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
   if constexpr (!on_cpu)  // the caching allocator's allocated / reserved / peak bytes, device="cuda"
@@ -143,6 +146,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
                                  .bytes_sent = step_after.bytes_sent - step_before.bytes_sent,
                                  .data_wait_seconds = data_wait});
       bar.step(b.x.size(0) * world, loss_value);  // samples of all ranks
+      if (stop_after > 0 && run.step() + 1 - first_step == stop_after) run.request_stop();  // on every rank
       if (run.step_done()) return true;  // a rank was signalled: snapshot written, all stop
     }
     bar.end();  // the epoch's summary line takes its place
@@ -183,7 +187,7 @@ inline flags ddp_flags(int argc, char** argv) {
                {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "64"},
                 {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                 {"compression", "none"}, {"overlap", "1"}, {"snapshot-dir", ""}, {"resume", "0"},
-                {"snapshot-every", "100"}, {"metrics-port", "0"}, {"tensorboard", ""}, {"comm", "nccl"}});
+                {"snapshot-every", "100"}, {"stop-after", "0"}, {"metrics-port", "0"}, {"tensorboard", ""}, {"comm", "nccl"}});
 }
 
 /// Runs train_ddp with the compression policy --compression names.

@@ -320,7 +320,7 @@ TEST_CASE("data_loader: resume from the sampler state", "[data][loader]") {
   REQUIRE(whole.size() == 6);
   for (int k = 0; k < 3; ++k) CHECK(check_batch(first.next(), 4) == whole[static_cast<std::size_t>(k)]);
   const auto st = first.get_state();
-  CHECK(st == data::distributed_sampler::state{5, 12});
+  CHECK(st == data::distributed_sampler::state{5, 12, 2, 0});
 
   // A new process: the same dataset and sampler settings, restored state.
   data::data_loader second(ds, data::distributed_sampler(45, {.num_replicas = 2, .rank = 0, .seed = 21}),

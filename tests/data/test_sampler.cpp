@@ -130,7 +130,7 @@ TEST_CASE("distributed_sampler: resumable position", "[data][sampler]") {
   CHECK(s.position() == 11);
   CHECK(s.remaining() == 9);
   const auto st = s.get_state();
-  CHECK(st == data::distributed_sampler::state{3, 11});
+  CHECK(st == data::distributed_sampler::state{3, 11, 2, 0});
 
   // A fresh sampler (a restarted process) restored from the state continues identically.
   data::distributed_sampler t(40, {.num_replicas = 2, .rank = 1, .seed = 5});
@@ -148,9 +148,61 @@ TEST_CASE("distributed_sampler: resumable position", "[data][sampler]") {
   CHECK_THROWS_WITH(s.skip(10), Contains("skip") && Contains("10") && Contains("9 left"));
   CHECK_THROWS_AS(s.skip(-1), trainkit::index_error);
   CHECK_THROWS_AS(s.seek(21), trainkit::index_error);
-  CHECK_THROWS_AS(t.set_state({0, 21}), trainkit::index_error);
+  CHECK_THROWS_AS(t.set_state({0, 21, 2, 0}), trainkit::index_error);
   s.skip(9);
   CHECK_FALSE(s.has_next());
+}
+
+TEST_CASE("distributed_sampler: a state of another world size continues the epoch by global position",
+          "[data][sampler]") {
+  // 2 ranks take 7 indices each of epoch 3 (order[0, 14)); the rest of the epoch on R = 1, 3, 4 ranks.
+  for (const bool drop_last : {false, true}) {
+    data::distributed_sampler old0(41, {.num_replicas = 2, .rank = 0, .seed = 5, .drop_last = drop_last});
+    old0.set_epoch(3);
+    old0.skip(7);
+    const auto st = old0.get_state();
+    CHECK(st.num_replicas == 2);
+    CHECK(old0.global_position() == 14);
+    const auto order = data::epoch_permutation(41, 5, 3);
+    for (const index_t r_new : {1, 3, 4}) {
+      INFO("drop_last " << drop_last << ", " << r_new << " ranks");
+      std::vector<int> seen(41, 0);
+      for (index_t k = 0; k < 14; ++k) ++seen[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])];
+      index_t per_rank = -1;
+      for (index_t r = 0; r < r_new; ++r) {
+        data::distributed_sampler s(41, {.num_replicas = r_new, .rank = r, .seed = 5, .drop_last = drop_last});
+        s.set_state(st);
+        CHECK(s.epoch() == 3);
+        CHECK(s.offset() == 14);
+        CHECK(s.position() == 0);
+        CHECK(s.get_state() == data::distributed_sampler::state{3, 0, r_new, 14});
+        per_rank = s.size();
+        while (s.has_next()) ++seen[static_cast<std::size_t>(s.next())];
+        // Saved and restored on the same world size mid-way, it stays where it was.
+        data::distributed_sampler again(41, {.num_replicas = r_new, .rank = r, .seed = 5, .drop_last = drop_last});
+        again.set_state({3, 1, r_new, 14});
+        CHECK(again.next() == s.indices()[1]);
+        s.set_epoch(4);  // the next epoch starts from the beginning
+        CHECK(s.offset() == 0);
+        CHECK(s.size() == (drop_last ? 41 / r_new : (41 + r_new - 1) / r_new));
+      }
+      // 27 left: every one once; drop_last leaves out 27 % R, padding repeats R - 27 % R.
+      const index_t left = 27 % r_new;
+      CHECK(per_rank == (drop_last ? 27 / r_new : (27 + r_new - 1) / r_new));
+      index_t missing = 0, twice = 0;
+      for (int v : seen) {
+        missing += v == 0;
+        twice += v == 2;
+        CHECK(v <= 2);
+      }
+      CHECK(missing == (drop_last ? left : 0));
+      CHECK(twice == (drop_last || left == 0 ? 0 : r_new - left));
+    }
+  }
+  data::distributed_sampler s(41, {.num_replicas = 3, .rank = 0});
+  CHECK_THROWS_WITH(s.set_state({0, 0, 0, 0}), Contains("num_replicas 0"));
+  CHECK_THROWS_WITH(s.set_state({0, 0, 2, 42}), Contains("offset 42") && Contains("41 samples"));
+  CHECK_THROWS_WITH(s.set_state({0, 15, 2, 14}), Contains("position 15") && Contains("[0, 14]"));
 }
 
 TEST_CASE("distributed_sampler: validation", "[data][sampler]") {

@@ -10,10 +10,22 @@
 //   rank r visits order[r], order[r + R], order[r + 2R], ...    (per_rank indices)
 // So across ranks every sample is visited once per epoch, plus total - N padded repeats (or minus
 // the N - total dropped ones). The order differs from torch's, which draws from torch.randperm.
+//
+// RESUME ON ANOTHER WORLD SIZE. Ranks in step (every DDP rank takes the same number of samples)
+// have together consumed a prefix of the epoch's order: with every rank at position p, exactly
+// order[0, p R). The state stores that (epoch, position, num_replicas, offset), so set_state() on
+// a sampler with another num_replicas continues the epoch from global position g = offset + p R_old:
+// the rest of the epoch, order[g, N), is sharded over the new R by the same rule (rank r visits
+// order[g + r], order[g + r + R], ...; per_rank = drop_last ? floor((N - g) / R) : ceil((N - g) / R),
+// padding from the start of the order). No sample of the epoch is skipped or repeated (except the
+// < R the rule leaves out with drop_last, or pads without it); the next set_epoch() starts at 0.
 #pragma once
 
+#include <algorithm>  // std::min
+#include <array>
 #include <cstdint>  // std::uint64_t
 #include <numeric>  // std::iota
+#include <string_view>
 #include <vector>
 
 #include "trainkit/core/error.hpp"        // value_error, index_error, usage_error, TRAINKIT_CHECK
@@ -40,11 +52,17 @@ struct distributed_sampler_options {
 ///   for (e = 0; e < epochs; ++e) { s.set_epoch(e); while (s.has_next()) use(s.next()); }
 class distributed_sampler {
  public:
-  /// Where the sampler is: snapshots store it. position = indices of this epoch already consumed.
+  /// Where the sampler is: snapshots store it. position = indices of this epoch already consumed
+  /// by this rank; num_replicas and offset say how the epoch was sharded (offset: the global
+  /// position the sharding started from, nonzero in an epoch resumed on another world size).
   struct state {
     std::uint64_t epoch = 0;
     index_t position = 0;
+    index_t num_replicas = 1;
+    index_t offset = 0;
     friend constexpr bool operator==(const state&, const state&) = default;
+    static constexpr std::array<std::string_view, 4> snapshot_field_names = {"epoch", "position", "num_replicas",
+                                                                             "offset"};
   };
 
   /// dataset_size >= 0 samples. value_error for num_replicas < 1; index_error for a rank outside
@@ -58,8 +76,6 @@ class distributed_sampler {
     TRAINKIT_CHECK(o.rank >= 0 && o.rank < o.num_replicas, index_error, "distributed_sampler",
                    "rank " << o.rank << " is outside [0, " << o.num_replicas
                            << ") for num_replicas = " << o.num_replicas);
-    const index_t r = o.num_replicas;
-    per_rank_ = o.drop_last && n_ % r != 0 ? n_ / r : (n_ + r - 1) / r;
     make_indices();
   }
 
@@ -70,6 +86,7 @@ class distributed_sampler {
   void set_epoch(std::uint64_t e) {
     epoch_ = e;
     position_ = 0;
+    offset_ = 0;
     make_indices();
   }
   std::uint64_t epoch() const noexcept { return epoch_; }
@@ -95,14 +112,34 @@ class distributed_sampler {
     position_ += n;
   }
 
-  state get_state() const noexcept { return {epoch_, position_}; }
-  /// Restores a state from get_state(); the order is recomputed from (seed, epoch).
+  state get_state() const noexcept { return {epoch_, position_, o_.num_replicas, offset_}; }
+  /// Restores a state from get_state(); the order is recomputed from (seed, epoch). A state of
+  /// another num_replicas (a snapshot of another world size) continues the epoch from its global
+  /// position (see the top of this file); index_error for a state that fits no sampler of this
+  /// dataset size.
   void set_state(const state& s) {
-    TRAINKIT_CHECK(s.position >= 0 && s.position <= per_rank_, index_error, "distributed_sampler::set_state",
-                   "position " << s.position << " is outside [0, " << per_rank_ << "] of epoch " << s.epoch);
-    set_epoch(s.epoch);
-    position_ = s.position;
+    TRAINKIT_CHECK(s.num_replicas >= 1 && s.offset >= 0 && s.offset <= n_,
+                   index_error, "distributed_sampler::set_state",
+                   "num_replicas " << s.num_replicas << ", offset " << s.offset << " do not fit a dataset of " << n_
+                                   << " samples");
+    const index_t old_per_rank = per_rank_of(s.offset, s.num_replicas);
+    TRAINKIT_CHECK(s.position >= 0 && s.position <= old_per_rank, index_error, "distributed_sampler::set_state",
+                   "position " << s.position << " is outside [0, " << old_per_rank << "] of epoch " << s.epoch
+                               << " (" << s.num_replicas << " replicas from offset " << s.offset << ")");
+    epoch_ = s.epoch;
+    if (s.num_replicas == o_.num_replicas) {
+      offset_ = s.offset;
+      position_ = s.position;
+    } else {  // another world size: the rest of the epoch from its global position, sharded anew
+      offset_ = std::min(s.offset + s.position * s.num_replicas, n_);  // past n_: only padding was left
+      position_ = 0;
+    }
+    make_indices();
   }
+
+  /// Samples of this epoch consumed over all ranks (every rank at this rank's position): the
+  /// global position a resume on another world size continues from.
+  index_t global_position() const noexcept { return offset_ + position_ * o_.num_replicas; }
 
   // ---- indices -----------------------------------------------------------------------------------
 
@@ -123,7 +160,7 @@ class distributed_sampler {
 
   /// Indices per epoch on this rank (torch's num_samples).
   index_t size() const noexcept { return per_rank_; }
-  /// Indices per epoch over all ranks: size() * num_replicas().
+  /// Indices per epoch over all ranks: size() * num_replicas() (from offset() on).
   index_t total_size() const noexcept { return per_rank_ * o_.num_replicas; }
   index_t dataset_size() const noexcept { return n_; }
   index_t num_replicas() const noexcept { return o_.num_replicas; }
@@ -131,8 +168,17 @@ class distributed_sampler {
   bool shuffle() const noexcept { return o_.shuffle; }
   bool drop_last() const noexcept { return o_.drop_last; }
   std::uint64_t seed() const noexcept { return o_.seed; }
+  /// The global position this epoch's sharding started from (0 unless resumed on another world size).
+  index_t offset() const noexcept { return offset_; }
 
  private:
+  /// Indices per rank of an epoch sharded over r replicas from global position g.
+  index_t per_rank_of(index_t g, index_t r) const noexcept {
+    const index_t m = n_ - g;
+    if (m <= 0) return 0;
+    return o_.drop_last && m % r != 0 ? m / r : (m + r - 1) / r;
+  }
+
   void make_indices() {
     std::vector<index_t> order;
     if (o_.shuffle) {
@@ -142,11 +188,12 @@ class distributed_sampler {
       std::iota(order.begin(), order.end(), index_t(0));
     }
     const index_t r = o_.num_replicas;
+    per_rank_ = per_rank_of(offset_, r);
     indices_.resize(static_cast<std::size_t>(per_rank_));
     // Position j of the padded order is order[j mod N]: the padding repeats the first indices (as
     // many rounds as needed when N < R - 1).
     for (index_t k = 0; k < per_rank_; ++k) {
-      const index_t j = o_.rank + k * r;
+      const index_t j = offset_ + o_.rank + k * r;
       indices_[static_cast<std::size_t>(k)] = order[static_cast<std::size_t>(j < n_ ? j : j % n_)];
     }
   }
@@ -156,6 +203,7 @@ class distributed_sampler {
   index_t per_rank_ = 0;
   std::uint64_t epoch_ = 0;
   index_t position_ = 0;
+  index_t offset_ = 0;
   std::vector<index_t> indices_;
 };
 

@@ -294,6 +294,94 @@ using sign_1bit = sign_1bit_block<>;
 static_assert(gradient_compression<none> && gradient_compression<fp16> && gradient_compression<bf16> &&
               gradient_compression<int8> && gradient_compression<sign_1bit>);
 
+namespace detail {
+/// Elements per chunk (a multiple of the block) when n elements are split over w ranks: the chunk
+/// of a bucket each rank reduces in the quantized allreduce (its server residual's length).
+constexpr index_t compress_chunk(index_t n, int w, index_t block) {
+  const index_t per_rank = (n + w - 1) / w;
+  return (per_rank + block - 1) / block * block;
+}
+/// The 1-D residual under `key` in s, or null.
+inline const tensor<float>* find_residual(const compression_state& s, const std::string& key) {
+  for (const auto& [k, t] : s)
+    if (k == key) return &t;
+  return nullptr;
+}
+}  // namespace detail
+
+/// Error-feedback residuals for rank `rank` of `world` from the residuals of the old.size() ranks
+/// of a snapshot (a resume on another world size), so that nothing owed is lost:
+///   worker residuals (one per rank, the bucket's length): new rank j takes the sum of old ranks
+///     i = j, j + world, j + 2 world, ... (ranks past the old count start at zero): the sum over the
+///     ranks is preserved (exactly when world >= old.size(), up to fp32 rounding of the additions
+///     otherwise);
+///   server residuals (rank i holds chunk i of the bucket): reassembled into the bucket's length
+///     and cut into the chunks of the new world size, element for element.
+/// A residual whose length does not fit the layout is a value_error naming the rank and key.
+template <gradient_compression C>
+compression_state reshard_feedback(const std::vector<compression_state>& old, int rank, int world) {
+  TRAINKIT_CHECK(world >= 1 && rank >= 0 && rank < world && !old.empty(), value_error, "reshard_feedback",
+                 C::name << ": rank " << rank << " of " << world << " from " << old.size() << " old rank(s)");
+  const int n_old = static_cast<int>(old.size());
+  // The buckets and their lengths, from any old rank's worker residuals.
+  std::vector<index_t> len;
+  for (int i = 0; i < n_old; ++i)
+    for (const auto& [key, t] : old[static_cast<std::size_t>(i)]) {
+      if (!key.starts_with("worker.")) continue;
+      const std::size_t b = std::stoul(key.substr(7));
+      if (len.size() <= b) len.resize(b + 1, -1);
+      TRAINKIT_CHECK(len[b] < 0 || len[b] == t.numel(), value_error, "reshard_feedback",
+                     C::name << ": old rank " << i << "'s '" << key << "' has " << t.numel()
+                             << " elements, another rank's has " << len[b]);
+      len[b] = t.numel();
+    }
+  compression_state out;
+  for (std::size_t b = 0; b < len.size(); ++b) {
+    const index_t n = len[b];
+    if (n < 0) continue;
+    const std::string wkey = "worker." + std::to_string(b), skey = "server." + std::to_string(b);
+    // Worker: the sum of the old ranks this rank stands for.
+    std::vector<float> w;
+    for (int i = rank; i < n_old; i += world)
+      if (const auto* t = detail::find_residual(old[static_cast<std::size_t>(i)], wkey)) {
+        const auto v = t->contiguous().to_vector();
+        if (w.empty()) w.assign(static_cast<std::size_t>(n), 0.0f);
+        for (index_t e = 0; e < n; ++e) w[static_cast<std::size_t>(e)] += v[static_cast<std::size_t>(e)];
+      }
+    // Server: old chunk i -> [i c_old, ...) of the bucket -> this rank's new chunk.
+    const index_t c_old = detail::compress_chunk(n, n_old, C::block), c_new = detail::compress_chunk(n, world, C::block);
+    std::vector<float> full(static_cast<std::size_t>(n), 0.0f);
+    bool any_server = false;
+    for (int i = 0; i < n_old; ++i)
+      if (const auto* t = detail::find_residual(old[static_cast<std::size_t>(i)], skey)) {
+        TRAINKIT_CHECK(t->numel() == c_old, value_error, "reshard_feedback",
+                       C::name << ": old rank " << i << "'s '" << skey << "' has " << t->numel()
+                               << " elements; a chunk of bucket " << b << " (" << n << " elements over " << n_old
+                               << " ranks) has " << c_old);
+        const auto v = t->contiguous().to_vector();
+        for (index_t e = 0, lo = i * c_old; e < c_old && lo + e < n; ++e)
+          full[static_cast<std::size_t>(lo + e)] = v[static_cast<std::size_t>(e)];
+        any_server = true;
+      }
+    if (!w.empty()) out.emplace_back(wkey, tensor<float>::from_vector(w, {n}));
+    if (any_server) {
+      std::vector<float> mine(static_cast<std::size_t>(c_new), 0.0f);
+      for (index_t e = 0, lo = rank * c_new; e < c_new && lo + e < n; ++e)
+        mine[static_cast<std::size_t>(e)] = full[static_cast<std::size_t>(lo + e)];
+      out.emplace_back(skey, tensor<float>::from_vector(mine, {c_new}));
+    }
+  }
+  return out;
+}
+
+/// Loads into c what reshard_feedback<C> makes for rank `rank` of `world` from the old ranks'
+/// states: the customization point io::training_state calls for a per-rank component when a
+/// snapshot of another world size is restored.
+template <gradient_compression C>
+void reshard_state(C& c, const std::vector<compression_state>& old, int rank, int world) {
+  c.load_state(reshard_feedback<C>(old, rank, world));
+}
+
 /// One error-feedback step of a codec on its own, without communication: meant = x + residual is
 /// encoded into wire (C::wire_bytes(n) bytes), sent = decode(wire) is written to `sent`, and the
 /// residual becomes meant - sent. n must be a multiple of C::block. residual may be null (no

@@ -42,12 +42,6 @@ auto* compress_grow(V& v, std::size_t n) {
   return v.data();
 }
 
-/// Elements per chunk (a multiple of the block) when n elements are split over w ranks.
-constexpr index_t compress_chunk(index_t n, int w, index_t block) {
-  const index_t per_rank = (n + w - 1) / w;
-  return (per_rank + block - 1) / block * block;
-}
-
 /// Elements per tile: the work of one chunk is done a tile at a time in buffers that stay in L1
 /// (and tiles go to OpenMP threads), instead of pass after pass over buffers of megabytes.
 constexpr index_t compress_tile(index_t block) { return block >= 2048 ? block : 2048 / block * block; }

@@ -98,6 +98,16 @@ concept has_value_state = requires(const X& cx, X& x) {
   x.set_state(cx.get_state());
 };
 
+/// A per-rank component with named tensor state that can be redistributed over another number of
+/// ranks: reshard_state(x, old_states, rank, world), found by argument-dependent lookup, loads
+/// rank `rank` of `world` from every old rank's state() (dist::reshard_state for the gradient
+/// compressions: error-feedback residuals). training_state uses it on a resume on another world size.
+template <class C>
+concept reshardable = has_named_tensor_state<C> &&
+    requires(C& c, const std::vector<std::remove_cvref_t<decltype(c.state())>>& old, int r) {
+      reshard_state(c, old, r, r);
+    };
+
 /// What io::save_state / io::load_state and training_state::add accept (tried in this order):
 /// has_tensor_state_dict, has_optimizer_state_dict, has_named_tensor_state, has_value_state, and
 /// a bare state_value.

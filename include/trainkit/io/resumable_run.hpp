@@ -56,6 +56,9 @@ struct resumable_run_options {
   double every_seconds = 0.0;    ///< and/or every this many seconds (0: off)
   std::size_t keep_last = 3;     ///< snapshots kept
   int rank = 0;                  ///< data parallel: only rank 0 writes, every rank reads
+  /// Data parallel: the number of ranks now. A snapshot written by another number resumes with its
+  /// per-rank state redistributed (training_state::restore) and says so; 0: the snapshot's own.
+  int world_size = 0;
   bool handle_signals = true;    ///< SIGTERM/SIGINT -> snapshot at the next step boundary, stop
   /// Data parallel: the OR of a flag over the ranks (io::any_rank_of(comm)), so that every rank
   /// stops and snapshots at the same steps; empty in a single process.
@@ -126,11 +129,14 @@ class resumable_run {
       return false;
     }
     check_config(got->snap);
-    state_.restore(got->snap, o_.rank);
+    const int written_by = state_.restore(got->snap, o_.rank, o_.world_size);
     timer_.saved(state_.progress().step);
     last_saved_ = got->from.path;
     say("resumable_run: resumed from '" + got->from.path.string() + "' at step " +
-        std::to_string(state_.progress().step));
+        std::to_string(state_.progress().step) +
+        (written_by != o_.world_size ? " (written by " + std::to_string(written_by) + " ranks, now " +
+                                           std::to_string(o_.world_size) + ": per-rank state redistributed)"
+                                     : std::string()));
     return true;
   }
 

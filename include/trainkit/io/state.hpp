@@ -312,6 +312,29 @@ void load_state(const snapshot_section& sec, X& x) {
   }
 }
 
+/// Loads rank `rank` of `world` of a reshardable x from the sections of every rank of a snapshot
+/// written by old.size() ranks (training_state's resume on another world size).
+template <reshardable X>
+void reshard_from(const std::vector<const snapshot_section*>& old, X& x, int rank, int world) {
+  using list = std::remove_cvref_t<decltype(x.state())>;
+  using T = typename detail::is_named_tensor_list<list>::value_type;
+  using D = typename detail::is_named_tensor_list<list>::device_type;
+  std::vector<list> states;
+  for (const snapshot_section* sec : old) {
+    list l;
+    for (const auto& n : sec->names()) l.emplace_back(n, sec->template get_tensor<T, D>(n));
+    states.push_back(std::move(l));
+  }
+  try {
+    reshard_state(x, states, rank, world);
+  } catch (const error& e) {
+    TRAINKIT_CHECK(false, io_error, "load_state",
+                   "sections '" << old.front()->name() << "' ... of " << old.size() << " ranks"
+                                << old.front()->origin() << " do not fit rank " << rank << " of " << world << ": "
+                                << e.what());
+  }
+}
+
 /// save_state into a new section `section` of snap.
 template <class X>
 void save_state(snapshot& snap, std::string section, const X& x) {

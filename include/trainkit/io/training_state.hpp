@@ -67,8 +67,12 @@ class training_state {
       TRAINKIT_CHECK(e.section != section, usage_error, "training_state::add",
                      "section '" << section << "' was added already");
     X* p = &x;
-    entries_.push_back({std::move(section), scope, [p](snapshot_section& s) { save_state(s, *p); },
-                        [p](const snapshot_section& s) { load_state(s, *p); }});
+    entry e{std::move(section), scope, [p](snapshot_section& s) { save_state(s, *p); },
+            [p](const snapshot_section& s) { load_state(s, *p); }, {}};
+    if constexpr (reshardable<X>) e.reshard = [p](const std::vector<const snapshot_section*>& old, int rank, int world) {
+      reshard_from(old, *p, rank, world);
+    };
+    entries_.push_back(std::move(e));
     return *this;
   }
   /// add(section, x, state_scope::per_rank).
@@ -129,21 +133,60 @@ class training_state {
     return snap;
   }
 
+  /// How many ranks wrote snap: the count of its "<name>@rank<r>" sections (r = 0, 1, ...) of the
+  /// first per-rank component; 0 without per-rank components (or when snap holds none of them).
+  int snapshot_world_size(const snapshot& snap) const {
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::per_rank) {
+        int n = 0;
+        while (snap.contains(rank_section(e.section, n))) ++n;
+        return n;
+      }
+    return 0;
+  }
+
   /// Restores every component from snap (per-rank ones from "<name>@rank<rank>"). Every section
   /// must be present (checked before anything is changed); a component that does not fit its
   /// section (another model, another optimizer) is an io_error naming the section, the record
   /// and the file.
-  void restore(const snapshot& snap, int rank = 0) {
+  /// Resume on another world size: with world > 0 and a snapshot written by another number of
+  /// ranks N (snapshot_world_size), the shared components load as they are and each per-rank one
+  /// is redistributed - a component with a reshard_state() customization (error-feedback
+  /// residuals: dist::reshard_state) gets every old rank's state; any other one loads old rank
+  /// `rank`'s section where there is one (rank < N) and keeps its current state otherwise (a new
+  /// rank's own generator). Returns N (or world when nothing was redistributed).
+  int restore(const snapshot& snap, int rank = 0, int world = 0) {
+    const int old_world = snapshot_world_size(snap);
+    const bool resize = world > 0 && old_world > 0 && old_world != world;
     std::string missing;
-    for (const auto& name : sections(rank))
+    auto need = [&](const std::string& name) {
       if (!snap.contains(name)) missing += (missing.empty() ? "'" : ", '") + name + "'";
+    };
+    need("progress");
+    for (const auto& e : entries_) {
+      if (!resize || e.scope == state_scope::shared)
+        need(name_of(e, rank));
+      else
+        for (int r = 0; r < old_world; ++r) need(rank_section(e.section, r));
+    }
     TRAINKIT_CHECK(missing.empty(), io_error, "training_state::restore",
                    "the snapshot" << (snap.source().empty() ? std::string() : " '" + snap.source() + "'")
                                   << " lacks section(s) " << missing);
     run_progress p;
     load_state(snap, "progress", p);
-    for (auto& e : entries_) e.load(snap.section(name_of(e, rank)));
+    for (auto& e : entries_) {
+      if (!resize || e.scope == state_scope::shared) {
+        e.load(snap.section(name_of(e, rank)));
+      } else if (e.reshard) {
+        std::vector<const snapshot_section*> old;
+        for (int r = 0; r < old_world; ++r) old.push_back(&snap.section(rank_section(e.section, r)));
+        e.reshard(old, rank, world);
+      } else if (rank < old_world) {
+        e.load(snap.section(rank_section(e.section, rank)));
+      }
+    }
     progress_ = p;
+    return resize ? old_world : world;
   }
 
  private:
@@ -152,6 +195,9 @@ class training_state {
     state_scope scope;
     std::function<void(snapshot_section&)> save;
     std::function<void(const snapshot_section&)> load;
+    /// Per-rank components with a reshard_state() customization: every old rank's section, the new
+    /// rank and world size.
+    std::function<void(const std::vector<const snapshot_section*>&, int, int)> reshard;
   };
   static std::string name_of(const entry& e, int rank) {
     return e.scope == state_scope::per_rank ? rank_section(e.section, rank) : e.section;
