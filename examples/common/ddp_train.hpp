@@ -26,6 +26,34 @@ namespace dist = trainkit::dist;
 namespace parallel = trainkit::parallel;
 using tk::index_t;
 
+/// On the way out of a failed job (an exception while a communicator is broken): the lowest
+/// surviving rank writes the snapshot of the last completed step (resumable_run::save_after_failure),
+/// so the requeued job loses at most the step that was running. The MPI communicator's probe
+/// names the dead ranks; when only the gradient communicator (NCCL) broke, rank 0 writes.
+template <class Grads>
+class snapshot_on_peer_failure {
+ public:
+  snapshot_on_peer_failure(dist::mpi& comm, Grads& grads, tk::io::resumable_run& run)
+      : comm_(comm), grads_(grads), run_(run), in_flight_(std::uncaught_exceptions()) {}
+  snapshot_on_peer_failure(const snapshot_on_peer_failure&) = delete;
+  snapshot_on_peer_failure& operator=(const snapshot_on_peer_failure&) = delete;
+  ~snapshot_on_peer_failure() {
+    if (std::uncaught_exceptions() <= in_flight_ || !(comm_.broken() || grads_.broken())) return;
+    if (comm_.lowest_surviving_rank() != comm_.rank()) return;
+    try {
+      run_.save_after_failure();
+    } catch (const std::exception& e) {  // the job's own error is the one to report
+      std::fprintf(stderr, "rank %d: the snapshot after the failure could not be written: %s\n", comm_.rank(), e.what());
+    }
+  }
+
+ private:
+  dist::mpi& comm_;
+  Grads& grads_;
+  tk::io::resumable_run& run_;
+  int in_flight_;
+};
+
 /// The whole job on Device: `comm` (MPI) carries the control messages (snapshot agreement, the
 /// epoch's loss and accuracy), `grads` the gradients (the same mpi object on the CPU; nccl on GPUs).
 /// Returns true when a signal stopped it (snapshot written).
@@ -105,6 +133,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   run.track_per_rank("compression", ddp.compression()).track_per_rank("rng.default", tk::default_generator());
   run.resume();
   const std::int64_t first_step = run.step();
+  snapshot_on_peer_failure<Comm> failure_snapshot(comm, grads, run);
   example::run_monitor monitor(
       {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
   if constexpr (!on_cpu)  // the caching allocator's allocated / reserved / peak bytes, device="cuda"

@@ -28,7 +28,7 @@ using trainkit::dist::mpi;
 const trainkit::dist::mpi_options options{.timeout = std::chrono::milliseconds(30000)};
 
 /// resize_phase on the first k ranks of MPI_COMM_WORLD (nothing on the others); then a barrier.
-std::optional<phase_report> on_first(int k, const std::string& dir, int steps, bool resume, bool save) {
+std::optional<phase_report> on_first(int k, const std::string& dir, int steps, bool resume, phase_end end) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm sub = MPI_COMM_NULL;
@@ -37,7 +37,7 @@ std::optional<phase_report> on_first(int k, const std::string& dir, int steps, b
   if (sub != MPI_COMM_NULL) {
     {
       mpi comm(sub, options);
-      r = resize_phase(comm, dir, steps, resume, save);
+      r = resize_phase(comm, dir, steps, resume, end);
     }
     MPI_Comm_free(&sub);
   }
@@ -61,8 +61,8 @@ TEST_CASE("resume on another world size: mpirun 2 -> 1, 2 -> 3, 4 -> 2", "[io][d
     MPI_Barrier(MPI_COMM_WORLD);
     const int steps = 5;
     // Every rank of the first job holds the same report (combined over its ranks); rank 0 is in both.
-    const auto before = on_first(n, dir, steps, /*resume=*/false, /*save=*/true);
-    const auto after = on_first(m, dir, /*steps=*/-1, /*resume=*/true, /*save=*/false);
+    const auto before = on_first(n, dir, steps, /*resume=*/false, phase_end::save);
+    const auto after = on_first(m, dir, /*steps=*/-1, /*resume=*/true, phase_end::none);
     // The first job's report, from rank 0 (in both jobs) to every rank: its sizes, then its bytes.
     std::vector<char> bytes;
     long long sizes[3] = {0, 0, 0};

@@ -56,8 +56,9 @@ struct phase_report {
   std::vector<float> server;        // the server residuals reassembled, buckets concatenated
   std::vector<std::int64_t> seen;   // per sample: how many times a rank trained on it in this phase
   std::int64_t sampler_offset = 0;  // the sampler's offset after the resume (0 without)
+  std::int64_t sampler_position = 0;  // and its position
   std::uint64_t rank_rng_offset = 0;  // this rank's own generator's offset after the resume (per-rank state)
-  std::string resumed;              // resumable_run's "resumed from ..." line
+  std::string resumed;              // resumable_run's messages (fail_mid_step: the path written)
 };
 
 template <class Comm>
@@ -92,8 +93,13 @@ void residual_report(Comm& comm, const compression& c, const dist::bucket_plan& 
 /// loader, a per-rank generator), resumes from dir when `resume`, trains `steps` steps (-1: to the
 /// end of the epoch) and saves a snapshot when `save`. The residual figures are taken right after
 /// the resume (resume) or right before the save (save).
+/// How a phase ends: a collective snapshot, nothing, or a peer failing in the middle of the next
+/// step (its batch taken, the per-rank stream moved) and rank 0 writing save_after_failure().
+enum class phase_end { save, none, fail_mid_step };
+
 template <class Comm>
-phase_report resize_phase(Comm& comm, const std::string& dir, int steps, bool resume, bool save) {
+phase_report resize_phase(Comm& comm, const std::string& dir, int steps, bool resume, phase_end end) {
+  const bool save = end == phase_end::save;
   const int world = comm.size(), r = comm.rank();
   phase_report out;
   auto m = make_mlp(7);
@@ -129,6 +135,7 @@ phase_report resize_phase(Comm& comm, const std::string& dir, int steps, bool re
     run.resume();
     report();
     out.sampler_offset = batches.sampler().offset();
+    out.sampler_position = batches.sampler().position();
   }
   out.rank_rng_offset = own.offset();
   out.seen.assign(static_cast<std::size_t>(samples), 0);
@@ -149,6 +156,12 @@ phase_report resize_phase(Comm& comm, const std::string& dir, int steps, bool re
   if (save) {
     report();
     run.save();
+  }
+  if (end == phase_end::fail_mid_step) {
+    report();
+    (void)batches.next();
+    (void)own.reserve(4);
+    if (r == 0) out.resumed = run.save_after_failure().value_or("").string();
   }
   out.end_step = run.step();
   return out;

@@ -20,10 +20,10 @@ namespace {
 
 using namespace trainkit_test::resize;
 
-std::vector<phase_report> phase(int world, const std::string& dir, int steps, bool resume, bool save) {
+std::vector<phase_report> phase(int world, const std::string& dir, int steps, bool resume, phase_end end) {
   std::vector<phase_report> got(static_cast<std::size_t>(world));
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
-    got[static_cast<std::size_t>(comm.rank())] = resize_phase(comm, dir, steps, resume, save);
+    got[static_cast<std::size_t>(comm.rank())] = resize_phase(comm, dir, steps, resume, end);
   });
   return got;
 }
@@ -36,8 +36,8 @@ TEST_CASE("resume on another world size: thread_group 2 -> 1, 2 -> 3, 4 -> 2", "
     INFO(n << " -> " << m << " ranks");
     const auto dir = io_test::fresh_dir("resize_" + std::to_string(n) + "_" + std::to_string(m)).string();
     const int steps = 7;  // of 150 / (n * 3) per epoch: mid-epoch
-    const auto before = phase(n, dir, steps, /*resume=*/false, /*save=*/true);
-    const auto after = phase(m, dir, /*steps=*/-1, /*resume=*/true, /*save=*/false);
+    const auto before = phase(n, dir, steps, /*resume=*/false, phase_end::save);
+    const auto after = phase(m, dir, /*steps=*/-1, /*resume=*/true, phase_end::none);
     for (int r = 0; r < m; ++r) {
       INFO("new rank " << r);
       const auto& a = after[static_cast<std::size_t>(r)];
@@ -86,4 +86,31 @@ TEST_CASE("reshard_feedback: sums preserved, chunks moved, bad layouts named", "
   old[1][1].second = vec(31, 0);
   CHECK_THROWS_WITH(dist::reshard_feedback<C>(old, 0, 1),
                     Catch::Contains("old rank 1's 'server.0' has 31 elements") && Catch::Contains("has 32"));
+}
+
+TEST_CASE("after a peer failed mid-step, one survivor writes the last completed step", "[io][dist][resize]") {
+  const auto dir = io_test::fresh_dir("resize_failure").string();
+  const int steps = 6;
+  const auto failed = phase(2, dir, steps, /*resume=*/false, phase_end::fail_mid_step);
+  REQUIRE(failed[0].resumed.find("snapshot-000000000006.tks") != std::string::npos);  // step 6, not 7
+  CHECK(failed[1].resumed.empty());                                                    // rank 1 wrote nothing
+  for (int m : {2, 3}) {
+    INFO("resumed on " << m << " ranks");
+    const auto after = phase(m, dir, /*steps=*/-1, /*resume=*/true, phase_end::none);
+    for (const auto& a : after) {
+      CHECK(a.params == failed[0].params);  // the model and optimizer as at step 6
+      CHECK(a.step == steps);
+      // The loader as at step 6: the batch of the failed step is trained on after the resume.
+      CHECK(a.sampler_offset + a.sampler_position * m == steps * per_rank_batch * 2);
+      CHECK(a.resumed.find("holds no per-rank state") != std::string::npos);
+      for (double w : a.worker_sum) CHECK(w == 0.0);  // error feedback starts afresh
+      CHECK(a.rank_rng_offset == 0u);                 // so do the per-rank streams
+    }
+    CHECK(compare_epoch(failed[0], after[0], (m - 1) + m * (per_rank_batch - 1)) == "");
+  }
+  // A complete snapshot of that step is never replaced by the survivor's.
+  const auto dir2 = io_test::fresh_dir("resize_failure_periodic").string();
+  (void)phase(2, dir2, steps, /*resume=*/false, phase_end::save);
+  const auto again = phase(2, dir2, 0, /*resume=*/true, phase_end::fail_mid_step);
+  CHECK(again[0].resumed.empty());
 }

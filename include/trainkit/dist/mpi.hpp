@@ -210,9 +210,19 @@ struct mpi_comm_state {
   std::mutex broken_mutex;
   std::string broken_reason;
 
+  std::vector<int> failed_ranks;  // what the probe found silent (under broken_mutex)
+  bool was_late = false;          // the probe found every peer waiting: this rank was the late one
+
   void mark_broken(const std::string& reason) {
     std::lock_guard<std::mutex> lk(broken_mutex);
     if (!broken.exchange(true)) broken_reason = reason;
+  }
+  void record_probe(std::vector<int> silent, bool late) {
+    std::lock_guard<std::mutex> lk(broken_mutex);
+    if (failed_ranks.empty() && !was_late) {
+      failed_ranks = std::move(silent);
+      was_late = late;
+    }
   }
   std::string reason() {
     std::lock_guard<std::mutex> lk(broken_mutex);
@@ -294,6 +304,7 @@ class mpi_work final : public work_state {
              << " ms - dead or stalled";
         }
         os << "; this is " << c_->who(c_->rank) << "; the communicator cannot be used any more";
+        c_->record_probe(silent, silent.empty() && c_->probe_all_waiting);
         c_->mark_broken(os.str());
         abandon();
         fail(os.str());
@@ -493,6 +504,22 @@ class mpi {
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return state_->comm; }
   /// Whether a collective of this communicator has failed (it cannot be used any more).
   [[nodiscard]] bool broken() const noexcept { return state_->broken; }
+  /// After a timeout: the ranks the liveness probe found dead or stalled (empty when it found none
+  /// or none ran).
+  [[nodiscard]] std::vector<int> failed_ranks() const {
+    std::lock_guard<std::mutex> lk(state_->broken_mutex);
+    return state_->failed_ranks;
+  }
+  /// After a failure, the rank that writes the survivors' snapshot (each survivor computes the
+  /// same from its probe): the lowest rank not found silent; -1 on a rank that was itself the
+  /// late one (its peers gave up on it and decide without it).
+  [[nodiscard]] int lowest_surviving_rank() const {
+    std::lock_guard<std::mutex> lk(state_->broken_mutex);
+    if (state_->was_late) return -1;
+    for (int r = 0; r < state_->size; ++r)
+      if (std::find(state_->failed_ranks.begin(), state_->failed_ranks.end(), r) == state_->failed_ranks.end()) return r;
+    return -1;
+  }
 
   template <dist_element T>
   work allreduce(T* data, std::size_t n, reduce_op op) {

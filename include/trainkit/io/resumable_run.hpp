@@ -114,6 +114,7 @@ class resumable_run {
   /// directory and each rejected file; a config that differs from the snapshot's is a
   /// value_error naming each difference (if_present: a warning). Nothing is restored on error.
   bool resume() {
+    boundary_ = state_.capture_boundary();  // step 0, for save_after_failure() (or the resumed step's below)
     if (o_.resume == resume_mode::off) return false;
     TRAINKIT_CHECK(manager_.has_value(), usage_error, "resumable_run::resume",
                    "resuming needs a snapshot directory (resumable_run_options::dir is empty)");
@@ -130,7 +131,11 @@ class resumable_run {
     }
     check_config(got->snap);
     const int written_by = state_.restore(got->snap, o_.rank, o_.world_size);
+    boundary_ = state_.capture_boundary();
     timer_.saved(state_.progress().step);
+    if (const auto why = training_state::per_rank_dropped_in(got->snap); !why.empty())
+      say("resumable_run: the snapshot holds no per-rank state (" + why +
+          "): error feedback and per-rank generators start afresh");
     last_saved_ = got->from.path;
     say("resumable_run: resumed from '" + got->from.path.string() + "' at step " +
         std::to_string(state_.progress().step) +
@@ -149,6 +154,9 @@ class resumable_run {
   /// loop should then return.
   bool step_done() {
     ++state_.progress().step;
+    // The state of the step just completed, before any collective below can fail: what
+    // save_after_failure() writes (a few small records).
+    if (manager_) boundary_ = state_.capture_boundary();
     bool stop = stop_requested_ || (guard_ && guard_->requested());
     if (o_.any_rank) stop = o_.any_rank(stop);
     bool due = manager_ && timer_.due(step());
@@ -169,10 +177,7 @@ class resumable_run {
   std::optional<std::filesystem::path> save() {
     if (!manager_) return std::nullopt;
     snapshot snap = state_.capture_shared();
-    if (!o_.config.empty()) {
-      auto& c = snap.add_section(std::string(config_section));
-      for (const auto& [k, v] : o_.config) c.put_string(k, v);
-    }
+    add_config(snap);
     if (state_.has_per_rank()) {
       const snapshot mine = state_.capture_per_rank(o_.rank);
       if (o_.allgather_bytes) {
@@ -190,6 +195,31 @@ class resumable_run {
     timer_.saved(step());
     return last_saved_;
   }
+  /// After a peer failed (a dist_error), on the one surviving rank chosen to write (for MPI:
+  /// rank == comm.lowest_surviving_rank()): writes the snapshot of the last completed step from
+  /// this rank alone, no collective - progress and the small components (loader position,
+  /// schedule, generators) as step_done() captured them at that step, the model and optimizer as
+  /// they are (unchanged since, when the failure came before the optimizer's update, as it does
+  /// in backward or finish()), no per-rank state (the other ranks' is gone: error feedback and
+  /// per-rank generators restart on resume, which says so). Nothing when a snapshot of that step
+  /// exists (a complete periodic one) or without a directory. A requeued job then loses at most
+  /// the step that was running. Returns the path written.
+  std::optional<std::filesystem::path> save_after_failure() {
+    if (!manager_) return std::nullopt;
+    if (!boundary_.contains("progress")) boundary_ = state_.capture_boundary();
+    run_progress p;
+    load_state(boundary_, "progress", p);
+    snapshot snap = state_.capture_after_failure(boundary_, o_.rank);
+    add_config(snap);
+    auto path = manager_->save_as_survivor(p.step, snap);
+    if (path) {
+      last_saved_ = path;
+      std::fprintf(stderr, "resumable_run: rank %d wrote the snapshot of step %lld after a peer failed: %s\n", o_.rank,
+                   static_cast<long long>(p.step), path->string().c_str());
+    }
+    return path;
+  }
+
   /// The final snapshot, unless the current step was just saved.
   void finish() {
     if (manager_ && (!last_saved_ || *last_saved_ != manager_->path_for(step()))) save();
@@ -208,6 +238,11 @@ class resumable_run {
   static constexpr std::string_view config_section = "run_config";
 
  private:
+  void add_config(snapshot& snap) const {
+    if (o_.config.empty()) return;
+    auto& c = snap.add_section(std::string(config_section));
+    for (const auto& [k, v] : o_.config) c.put_string(k, v);
+  }
   static std::string rejected_list(const std::vector<std::string>& rejected) {
     std::string r;
     for (const auto& why : rejected) r += "; rejected: " + why;
@@ -257,6 +292,7 @@ class resumable_run {
   std::optional<snapshot_manager> manager_;
   std::optional<preemption_guard> guard_;
   std::optional<std::filesystem::path> last_saved_;
+  snapshot boundary_;  // capture_boundary() at the last completed step
   bool stopped_ = false;
   bool stop_requested_ = false;
   bool dir_existed_ = false;  // before the manager created it: a mistyped --snapshot-dir shows

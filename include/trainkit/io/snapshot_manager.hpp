@@ -114,6 +114,17 @@ class snapshot_manager {
     return path;
   }
 
+  /// Writes snap as the snapshot of `step` from whichever rank calls it (the survivor of a failed
+  /// job: rank 0 may be the rank that died), unless a snapshot of that step is there already (a
+  /// periodic one, complete). Returns the path written, or nullopt when one was there.
+  std::optional<std::filesystem::path> save_as_survivor(std::int64_t step, const snapshot& snap) {
+    const auto path = path_for(step);
+    std::error_code ec;
+    if (std::filesystem::exists(path, ec)) return std::nullopt;
+    snap.write(path, opts_.write);
+    return path;
+  }
+
   /// Removes all but the newest keep_last snapshots, and temporary files a killed writer left
   /// (rank 0 only).
   void prune() {

@@ -68,7 +68,8 @@ class training_state {
                      "section '" << section << "' was added already");
     X* p = &x;
     entry e{std::move(section), scope, [p](snapshot_section& s) { save_state(s, *p); },
-            [p](const snapshot_section& s) { load_state(s, *p); }, {}};
+            [p](const snapshot_section& s) { load_state(s, *p); }, {},
+            has_value_state<X> || state_value<X>};
     if constexpr (reshardable<X>) e.reshard = [p](const std::vector<const snapshot_section*>& old, int rank, int world) {
       reshard_from(old, *p, rank, world);
     };
@@ -133,6 +134,48 @@ class training_state {
     return snap;
   }
 
+  /// "progress" and the small shared components (value states: positions, counters, generators)
+  /// now - cheap enough to take at every step boundary, for capture_after_failure().
+  snapshot capture_boundary() const {
+    snapshot snap;
+    save_state(snap, "progress", progress_);
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::shared && e.small) e.save(snap.add_section(e.section));
+    return snap;
+  }
+
+  /// What one surviving rank can write after a peer failed mid-step: "progress" and the small
+  /// shared components as `boundary` (capture_boundary() at the last completed step) holds them,
+  /// the other shared components as they are now (the model and optimizer: unchanged since that
+  /// step when the failure came before the optimizer's update), and no per-rank component - the
+  /// other ranks' are gone; meta says so, and restore() keeps per-rank components as they are.
+  snapshot capture_after_failure(const snapshot& boundary, int writer) const {
+    snapshot snap;
+    auto& meta = snap.add_section("meta");
+    meta.put_string("library", "trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." +
+                                   std::to_string(TRAINKIT_VERSION_MINOR) + "." +
+                                   std::to_string(TRAINKIT_VERSION_PATCH));
+    meta.put_int("unix_time", static_cast<std::int64_t>(std::time(nullptr)));
+    meta.put_string(std::string(per_rank_dropped), "written by rank " + std::to_string(writer) + " after a peer failed");
+    snap.add_section_copy(boundary.section("progress"));
+    for (const auto& e : entries_)
+      if (e.scope == state_scope::shared) {
+        if (e.small && boundary.contains(e.section))
+          snap.add_section_copy(boundary.section(e.section));
+        else
+          e.save(snap.add_section(e.section));
+      }
+    return snap;
+  }
+  /// The meta record of a snapshot without per-rank state (capture_after_failure).
+  static constexpr std::string_view per_rank_dropped = "per_rank_state_dropped";
+  /// Whether snap was written without per-rank state (capture_after_failure); its reason, or "".
+  static std::string per_rank_dropped_in(const snapshot& snap) {
+    if (!snap.contains("meta")) return {};
+    const auto& m = snap.section("meta");
+    return m.contains(per_rank_dropped) ? m.get_string(per_rank_dropped) : std::string();
+  }
+
   /// How many ranks wrote snap: the count of its "<name>@rank<r>" sections (r = 0, 1, ...) of the
   /// first per-rank component; 0 without per-rank components (or when snap holds none of them).
   int snapshot_world_size(const snapshot& snap) const {
@@ -158,12 +201,14 @@ class training_state {
   int restore(const snapshot& snap, int rank = 0, int world = 0) {
     const int old_world = snapshot_world_size(snap);
     const bool resize = world > 0 && old_world > 0 && old_world != world;
+    const bool no_per_rank = !per_rank_dropped_in(snap).empty();  // kept as they are
     std::string missing;
     auto need = [&](const std::string& name) {
       if (!snap.contains(name)) missing += (missing.empty() ? "'" : ", '") + name + "'";
     };
     need("progress");
     for (const auto& e : entries_) {
+      if (no_per_rank && e.scope == state_scope::per_rank) continue;
       if (!resize || e.scope == state_scope::shared)
         need(name_of(e, rank));
       else
@@ -175,6 +220,7 @@ class training_state {
     run_progress p;
     load_state(snap, "progress", p);
     for (auto& e : entries_) {
+      if (no_per_rank && e.scope == state_scope::per_rank) continue;
       if (!resize || e.scope == state_scope::shared) {
         e.load(snap.section(name_of(e, rank)));
       } else if (e.reshard) {
@@ -198,6 +244,7 @@ class training_state {
     /// Per-rank components with a reshard_state() customization: every old rank's section, the new
     /// rank and world size.
     std::function<void(const std::vector<const snapshot_section*>&, int, int)> reshard;
+    bool small = false;  // a value state (a position, a counter, a generator): cheap to capture every step
   };
   static std::string name_of(const entry& e, int rank) {
     return e.scope == state_scope::per_rank ? rank_section(e.section, rank) : e.section;
