@@ -5,9 +5,11 @@
 #pragma once
 
 #include <algorithm>
+#include <csignal>  // std::raise: the tests' fault injection
 #include <cmath>  // NAN: a step's loss that nobody watches is not read back from the GPU
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>  // std::getenv
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -134,6 +136,10 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   run.resume();
   const std::int64_t first_step = run.step();
   snapshot_on_peer_failure<Comm> failure_snapshot(comm, grads, run);
+  // Fault injection for the tests (cmake/example_ddp_peer_failure.sh): TRAINKIT_EXAMPLE_KILL="R S"
+  // makes rank R SIGKILL itself in the middle of step S (after its forward pass).
+  long long kill_rank = -1, kill_step = -1;
+  if (const char* k = std::getenv("TRAINKIT_EXAMPLE_KILL")) std::sscanf(k, "%lld %lld", &kill_rank, &kill_step);
   example::run_monitor monitor(
       {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
   if constexpr (!on_cpu)  // the caching allocator's allocated / reserved / peak bytes, device="cuda"
@@ -159,6 +165,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
       auto loss = tk::autograd::cross_entropy((*model)(tk::var<float, Device>(b.x.template to<Device>())),
                                               b.y.template to<Device>());
       opt.zero_grad();
+      if (rank == kill_rank && run.step() + 1 == kill_step) std::raise(SIGKILL);
       loss.backward();  // full buckets are reduced while backward goes on
       ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
       opt.step();
