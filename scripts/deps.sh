@@ -21,6 +21,8 @@ TRAINKIT_DEBIAN_PACKAGES=(
   libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
   prometheus        # a real Prometheus server scrapes a training run (tests/monitor, examples/)
   curl              # the example test asks the Prometheus HTTP API
+  slurm-wlm         # slurmctld, slurmd, sbatch, srun (PMIx): the Slurm requeue test runs a one-node cluster
+  munge             # munged: Slurm's authentication, started by that test with its own key
   clang             # clang++ for the libFuzzer harnesses: scripts/fuzz.sh, tests/fuzz/
   libclang-rt-dev   # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes (only a Recommends of clang)
   time              # GNU time: benchmarks/compile_time.sh reads the compiler's CPU time and peak memory
