@@ -97,11 +97,21 @@ class error_feedback {
     if (store_) store_->load({}, {});
   }
 
+  /// The layout the residuals were made for, when it is not the flat quantized allreduce's:
+  /// dist::hierarchical sets "hierarchical" (state() records it as an empty tensor
+  /// "layout.<name>"), and reshard_feedback refuses such residuals.
+  void set_layout(std::string_view layout) {
+    if (layout_ != layout) layout_ = std::string(layout);
+  }
+  const std::string& layout() const noexcept { return layout_; }
+
   compression_state state() const {
-    if (store_) return store_->state();
-    compression_state s;
-    put(s, "worker.", worker_);
-    put(s, "server.", server_);
+    compression_state s = store_ ? store_->state() : compression_state{};
+    if (!store_) {
+      put(s, "worker.", worker_);
+      put(s, "server.", server_);
+    }
+    if (!layout_.empty()) s.emplace_back("layout." + layout_, tensor<float>::zeros({0}));
     return s;
   }
   /// Appends the residuals v as 1-D tensors named prefix + bucket (what state() returns).
@@ -115,7 +125,12 @@ class error_feedback {
   /// tensor that is not 1-D is a value_error naming it.
   void load_state(const compression_state& s) {
     std::vector<std::vector<float>> w, sv;
+    std::string layout;
     for (const auto& [key, t] : s) {
+      if (key.starts_with("layout.")) {
+        layout = key.substr(7);
+        continue;
+      }
       std::vector<std::vector<float>>* dst = nullptr;
       std::string_view rest;
       if (key.starts_with("worker.")) {
@@ -135,6 +150,7 @@ class error_feedback {
       if (dst->size() <= b) dst->resize(b + 1);
       (*dst)[b] = t.contiguous().to_vector();
     }
+    layout_ = std::move(layout);
     if (store_) {
       store_->load(w, sv);
       return;
@@ -151,6 +167,7 @@ class error_feedback {
   }
   std::vector<std::vector<float>> worker_, server_;
   std::shared_ptr<feedback_store> store_;
+  std::string layout_;
 };
 
 /// What every compression model holds: the residuals and the wire counter.
@@ -323,6 +340,13 @@ compression_state reshard_feedback(const std::vector<compression_state>& old, in
   TRAINKIT_CHECK(world >= 1 && rank >= 0 && rank < world && !old.empty(), value_error, "reshard_feedback",
                  C::name << ": rank " << rank << " of " << world << " from " << old.size() << " old rank(s)");
   const int n_old = static_cast<int>(old.size());
+  for (int i = 0; i < n_old; ++i)
+    for (const auto& [key, t] : old[static_cast<std::size_t>(i)])
+      TRAINKIT_CHECK(!key.starts_with("layout."), value_error, "reshard_feedback",
+                     C::name << ": the residuals were made for a " << key.substr(7)
+                             << " allreduce (old rank " << i
+                             << "), whose slices depend on the world size; resume on the same world size "
+                                "(or start error feedback afresh)");
   // The buckets and their lengths, from any old rank's worker residuals.
   std::vector<index_t> len;
   for (int i = 0; i < n_old; ++i)

@@ -500,6 +500,16 @@ class mpi {
                    "timeout must be positive, got " << t.count() << " ms");
     state_->timeout = t;
   }
+  /// Collective: the ranks with the same `color` as this one, ordered by `key` (MPI_Comm_split),
+  /// with this communicator's timeout.
+  [[nodiscard]] mpi split(int color, int key) const { return split_with([&](MPI_Comm& out) {
+      return MPI_Comm_split(state_->comm, color, key, &out); }, "MPI_Comm_split"); }
+  /// Collective: the ranks that share memory with this one - its host (MPI_Comm_split_type with
+  /// MPI_COMM_TYPE_SHARED), in this communicator's order. dist::hierarchical builds on it.
+  [[nodiscard]] mpi split_shared() const { return split_with([&](MPI_Comm& out) {
+      return MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL, &out); },
+      "MPI_Comm_split_type"); }
+
   /// The duplicated MPI communicator (MPI_ERRORS_RETURN set), e.g. to bootstrap NCCL.
   [[nodiscard]] MPI_Comm native_handle() const noexcept { return state_->comm; }
   /// Whether a collective of this communicator has failed (it cannot be used any more).
@@ -612,6 +622,21 @@ class mpi {
   }
 
  private:
+  template <class Split>
+  mpi split_with(Split split, const char* what) const {
+    MPI_Comm out = MPI_COMM_NULL;
+    int rc = MPI_SUCCESS;
+    {
+      auto lk = detail::mpi_process::get().lock();
+      rc = split(out);
+    }
+    TRAINKIT_CHECK(rc == MPI_SUCCESS && out != MPI_COMM_NULL, dist_error, "trainkit::dist::mpi",
+                   what << " failed on rank " << state_->rank << ": " << detail::mpi_error_string(rc));
+    mpi r(out, mpi_options{.timeout = state_->timeout});
+    MPI_Comm_free(&out);
+    return r;
+  }
+
   std::shared_ptr<detail::mpi_work> start(const detail::collective_desc& desc, std::size_t total) {
     auto w = std::make_shared<detail::mpi_work>(state_, desc);
     if (state_->broken) throw dist_error(w->message("the communicator failed earlier: " + state_->reason()));

@@ -33,6 +33,7 @@ namespace trainkit::dist {
 /// allocates nothing. One per thread that runs allreduces.
 struct compress_workspace {
   std::vector<std::uint8_t> send, recv, gathered;
+  std::vector<float> slice, padded;  // hierarchical<Comm>: this rank's slice, the bucket padded to whole slices
 };
 
 namespace detail {
@@ -95,13 +96,18 @@ constexpr std::uint64_t compressed_allreduce_bytes(index_t n, int world_size) {
 }
 
 /// Collective: allreduce (sum or avg) of data[0, n) in place through compression c, with error
-/// feedback under the key `bucket` (both residuals are c's state). Every rank calls it with the
+/// feedback under the key `bucket` (both residuals are c's state). A communicator with a member
+/// compressed_allreduce(c, data, n, bucket, op, ws) does it its own way (dist::hierarchical). Every rank calls it with the
 /// same n, bucket and op. Adds what this rank sent to c.counter(). For `none` (lossless), this is
 /// comm.allreduce in fp32. On one rank the data is left as it is (nothing is sent, no rounding).
 /// \param ws scratch; null uses a buffer of its own for this call
 template <gradient_compression C, communicator Comm>
 void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t bucket, reduce_op op = reduce_op::sum,
                           compress_workspace* ws = nullptr) {
+  if constexpr (requires { comm.compressed_allreduce(c, data, n, bucket, op, ws); }) {
+    comm.compressed_allreduce(c, data, n, bucket, op, ws);  // a communicator with its own (hierarchical)
+    return;
+  }
   TRAINKIT_CHECK(op == reduce_op::sum || op == reduce_op::avg, value_error, "compressed_allreduce",
                  C::name << ": only sum and avg can go through compression, got " << to_string(op));
   TRAINKIT_CHECK(n >= 0, value_error, "compressed_allreduce", C::name << ": negative length " << n);

@@ -1,0 +1,104 @@
+// dist::hierarchical over MPI processes (mpirun -np 2, 3, 4): by_host() on this machine finds one
+// host (MPI_COMM_TYPE_SHARED), where the compressed allreduce is exact; "hosts" made with split()
+// (ranks 2h and 2h + 1 on host h) compress between them only, every rank getting the same bits
+// close to the exact mean; at -np 3 such hosts are uneven and refused on every rank.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "trainkit/dist/check_consistent.hpp"
+#include "trainkit/dist/hierarchical.hpp"
+#include "trainkit/dist/mpi.hpp"
+
+namespace {
+
+namespace dist = trainkit::dist;
+using trainkit::index_t;
+using dist::mpi;
+const dist::mpi_options options{.timeout = std::chrono::milliseconds(30000)};
+
+std::vector<float> grad_of(int rank, index_t n) {
+  std::mt19937 gen(static_cast<unsigned>(rank) + 11);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+double error_to_mean(const std::vector<float>& got, int w) {
+  std::vector<double> m(got.size(), 0.0);
+  for (int r = 0; r < w; ++r) {
+    const auto g = grad_of(r, static_cast<index_t>(got.size()));
+    for (std::size_t i = 0; i < m.size(); ++i) m[i] += g[i] / w;
+  }
+  double e = 0;
+  for (std::size_t i = 0; i < m.size(); ++i) e = std::max(e, std::fabs(got[i] - m[i]));
+  return e;
+}
+
+std::uint64_t hash_of(const std::vector<float>& v) { return dist::hash_bytes(v.data(), v.size() * sizeof(float)); }
+
+}  // namespace
+
+TEST_CASE("mpi hierarchical: one host by MPI_COMM_TYPE_SHARED is exact", "[dist][mpi][hierarchical]") {
+  auto comm = dist::hierarchical<mpi>::by_host(mpi(options));
+  CHECK(comm.hosts() == 1);
+  CHECK(comm.ranks_per_host() == comm.size());
+  const index_t n = 3001;
+  auto g = grad_of(comm.rank(), n);
+  dist::int8 c;
+  dist::compressed_allreduce(comm, c, g.data(), n, 0, dist::reduce_op::avg);
+  CHECK(error_to_mean(g, comm.size()) < 1e-6);
+  CHECK(c.bytes_sent() == 0u);
+  CHECK_NOTHROW(dist::check_consistent(comm, hash_of(g), "result"));
+}
+
+TEST_CASE("mpi hierarchical: hosts of two ranks compress between them only", "[dist][mpi][hierarchical]") {
+  mpi world(options);
+  const int r = world.rank(), w = world.size();
+  mpi local = world.split(r / 2, r), cross = world.split(r % 2, r);
+  if (w % 2 != 0) {  // a host of 1 next to hosts of 2
+    CHECK_THROWS_WITH(dist::hierarchical<mpi>(std::move(world), std::move(local), std::move(cross)),
+                      Catch::Contains("same number of ranks"));
+    return;
+  }
+  dist::hierarchical<mpi> comm(std::move(world), std::move(local), std::move(cross));
+  const index_t n = 5000;
+  auto g = grad_of(r, n);
+  dist::int8 c;
+  dist::compressed_allreduce(comm, c, g.data(), n, 0, dist::reduce_op::avg);
+  const double e = error_to_mean(g, w);
+  if (comm.hosts() == 1) {
+    CHECK(e < 1e-6);
+  } else {
+    CHECK(e > 0.0);  // quantized between the hosts
+    CHECK(e < 0.05);
+  }
+  CHECK(c.bytes_sent() == dist::compressed_allreduce_bytes<dist::int8>(n / 2, comm.hosts()));
+  CHECK_NOTHROW(dist::check_consistent(comm, hash_of(g), "result"));
+}
+
+int main(int argc, char** argv) {
+  mpi::environment env(argc, argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char*> args(argv, argv + argc);
+  std::string reporter = "compact", reporter_flag = "-r";
+  if (rank != 0) {
+    args.push_back(reporter_flag.data());
+    args.push_back(reporter.data());
+  }
+  Catch::Session session;
+  const int failed = session.run(static_cast<int>(args.size()), args.data());
+  if (failed != 0) std::fprintf(stderr, "test_mpi_hierarchical: rank %d of %d: %d test case(s) failed\n", rank, size, failed);
+  int total = failed;
+  if (mpi::environment::healthy()) MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  return total == 0 ? 0 : 1;
+}
