@@ -12,6 +12,10 @@
 // speed-up of each policy over fp32 per size. Flags after the benchmark ones:
 //   --sizes=1,4,16,25,64,256     buffer sizes in MiB
 //   --timeout-ms=600000          communicator timeout (a slow shaped link needs a long one)
+//   --hierarchical               also fp32, int8 and 1-bit through dist::hierarchical (hosts found by
+//                                MPI_COMM_TYPE_SHARED: fp32 inside a host, compressed between hosts),
+//                                and a table of hierarchical int8 against flat int8 and flat fp32
+//                                (benchmarks/allreduce_netns.sh with RANKS_PER_HOST=2)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -27,6 +31,7 @@
 #include <vector>
 
 #include "trainkit/dist/compression.hpp"
+#include "trainkit/dist/hierarchical.hpp"
 #include "trainkit/dist/mpi.hpp"
 #include "trainkit/dist/quantized_allreduce.hpp"
 
@@ -36,9 +41,10 @@ using trainkit::index_t;
 namespace {
 
 std::unique_ptr<dist::mpi> comm;
+std::unique_ptr<dist::hierarchical<dist::mpi>> hier;
 
-template <class C>
-void bench(benchmark::State& state, index_t n) {
+template <class C, class Comm = dist::mpi>
+void bench(benchmark::State& state, index_t n, Comm& ar = *comm) {
   std::vector<float> grad(static_cast<std::size_t>(n)), buf(grad.size());
   std::mt19937 gen(static_cast<unsigned>(comm->rank()) + 1);
   std::normal_distribution<float> d(0.0f, 1e-3f);
@@ -47,13 +53,13 @@ void bench(benchmark::State& state, index_t n) {
   dist::compress_workspace ws;
   // One untimed call: page in the buffers and the residuals.
   buf = grad;
-  dist::compressed_allreduce(*comm, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
+  dist::compressed_allreduce(ar, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
   const std::uint64_t bytes_before = c.bytes_sent();
   for (auto _ : state) {
     std::copy(grad.begin(), grad.end(), buf.begin());
     comm->barrier().wait();
     const auto t0 = std::chrono::steady_clock::now();
-    dist::compressed_allreduce(*comm, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
+    dist::compressed_allreduce(ar, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     comm->allreduce(&secs, 1, dist::reduce_op::max).wait();  // the slowest rank's time
     state.SetIterationTime(secs);
@@ -85,10 +91,17 @@ std::string name(std::string_view policy, long mib) {
 }
 
 template <class C>
-void add(long mib) {
+void add(long mib, bool hierarchical = false) {
   const index_t n = static_cast<index_t>(mib) * (1 << 20) / 4;
   const int iterations = mib >= 64 ? 3 : (mib >= 16 ? 5 : 20);
-  benchmark::RegisterBenchmark(name(C::name, mib).c_str(), [n](benchmark::State& s) { bench<C>(s, n); })
+  const std::string policy = (hierarchical ? "hier-" : "") + std::string(C::name);
+  benchmark::RegisterBenchmark(name(policy, mib).c_str(),
+                               [n, hierarchical](benchmark::State& s) {
+                                 if (hierarchical)
+                                   bench<C>(s, n, *hier);
+                                 else
+                                   bench<C>(s, n);
+                               })
       ->Iterations(iterations)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
@@ -100,6 +113,7 @@ int main(int argc, char** argv) {
   dist::mpi::environment env(argc, argv);
   std::vector<long> sizes = {1, 4, 16, 25, 64, 256};
   long timeout_ms = 600000;
+  bool hierarchical = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
     const std::string a = argv[i];
@@ -109,6 +123,8 @@ int main(int argc, char** argv) {
       for (std::string x; std::getline(ss, x, ',');) sizes.push_back(std::stol(x));
     } else if (a.rfind("--timeout-ms=", 0) == 0) {
       timeout_ms = std::stol(a.substr(13));
+    } else if (a == "--hierarchical") {
+      hierarchical = true;
     } else {
       rest.push_back(argv[i]);
     }
@@ -119,12 +135,23 @@ int main(int argc, char** argv) {
     std::printf("bench_allreduce: run it with at least 2 ranks (mpirun -np 2 ...); one rank sends nothing\n");
     return 0;
   }
+  if (hierarchical) {
+    hier = std::make_unique<dist::hierarchical<dist::mpi>>(dist::hierarchical<dist::mpi>::by_host(
+        dist::mpi(dist::mpi_options{.timeout = std::chrono::milliseconds(timeout_ms)})));
+    if (comm->rank() == 0)
+      std::printf("hierarchical: %d host(s) x %d rank(s)\n", hier->hosts(), hier->ranks_per_host());
+  }
   for (long mib : sizes) {
     add<dist::none>(mib);
     add<dist::fp16>(mib);
     add<dist::bf16>(mib);
     add<dist::int8>(mib);
     add<dist::sign_1bit>(mib);
+    if (hierarchical) {
+      add<dist::none>(mib, true);
+      add<dist::int8>(mib, true);
+      add<dist::sign_1bit>(mib, true);
+    }
   }
   benchmark::Initialize(&rest_argc, rest.data());
   recording_reporter table;
@@ -146,7 +173,24 @@ int main(int argc, char** argv) {
                   ratio(dist::bf16::name), ratio(dist::int8::name), ratio(dist::sign_1bit::name));
     }
   }
+  if (comm->rank() == 0 && hierarchical) {
+    std::printf("\n%d host(s) x %d rank(s): hierarchical (fp32 inside a host, compressed between hosts)\n"
+                "%8s %10s %12s %12s %14s %14s\n",
+                hier->hosts(), hier->ranks_per_host(), "MiB", "h-int8 ms", "h-fp32/fp32", "h-int8/int8",
+                "h-int8/fp32", "h-1bit/1bit");
+    for (long mib : sizes) {
+      const auto at = [&](const std::string& p) {
+        const auto it = table.seconds.find(name(p, mib));
+        return it == table.seconds.end() ? 0.0 : it->second;
+      };
+      auto speedup = [&](const std::string& base, const std::string& p) { return at(p) > 0 ? at(base) / at(p) : 0.0; };
+      std::printf("%8ld %10.2f %11.2fx %11.2fx %13.2fx %13.2fx\n", mib, at("hier-int8") * 1e3,
+                  speedup("none", "hier-none"), speedup("int8", "hier-int8"), speedup("none", "hier-int8"),
+                  speedup("sign_1bit", "hier-sign_1bit"));
+    }
+  }
   benchmark::Shutdown();
+  hier.reset();
   comm.reset();
   return 0;
 }

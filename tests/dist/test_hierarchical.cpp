@@ -95,7 +95,8 @@ TEST_CASE("hierarchical: one host is full precision whatever the policy", "[dist
 
 TEST_CASE("hierarchical: several hosts - compressed between them only, with error feedback", "[dist][hierarchical]") {
   for (const auto& [hosts, per_host] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 1}, std::pair{3, 2}}) {
-    for (const index_t n : {index_t(1), index_t(7), index_t(1000), index_t(4099)}) {
+    for (const index_t n : {index_t(1), index_t(7), index_t(1000), index_t(4099), index_t(1100001)}) {
+      if (n > 4099 && (hosts != 2 || per_host != 2)) continue;  // pieces: 3, the last padded
       INFO(hosts << " hosts x " << per_host << " ranks, n = " << n);
       const int w = hosts * per_host;
       std::vector<std::vector<float>> fp32(static_cast<std::size_t>(w)), int8(fp32.size()), sums(fp32.size());
@@ -137,7 +138,10 @@ TEST_CASE("hierarchical: several hosts - compressed between them only, with erro
         CHECK(max_error(sums[i], total) < 2 * one_step + 1e-4);  // feedback: the error does not add up
         // Bytes: one flat compressed allreduce of this rank's slice among the hosts, per step.
         const index_t mine = std::max<index_t>(0, std::min<index_t>(n, (r % per_host + 1) * slice) - (r % per_host) * slice);
-        CHECK(bytes[i] == steps * dist::compressed_allreduce_bytes<dist::int8>(mine, hosts));
+        if (n <= 4099)  // one piece
+          CHECK(bytes[i] == steps * dist::compressed_allreduce_bytes<dist::int8>(mine, hosts));
+        else            // several: within the blocks' padding of that
+          CHECK(std::fabs(double(bytes[i]) / double(steps * dist::compressed_allreduce_bytes<dist::int8>(mine, hosts)) - 1) < 0.01);
         CHECK(layout[i] == "hierarchical");
       }
     }

@@ -7,11 +7,13 @@
 //
 // The compressed allreduce of a bucket of n fp32 values on H hosts of L ranks each (W = H L):
 //   1. reduce-scatter inside the host, fp32 (shared memory): local rank l holds the host's sum of
-//      slice l of the bucket (ceil(n / L) elements);
+//      its 1 / L of the bucket;
 //   2. the compressed allreduce (dist/quantized_allreduce.hpp, with error feedback on this hop
-//      only) of slice l among the H ranks of local index l, one per host - every rank of a host
-//      takes a slice, so the host's link carries L concurrent streams and no rank idles;
+//      only) of that part among the H ranks of local index l, one per host - every rank of a host
+//      takes a part, so the host's link carries L concurrent streams and no rank idles;
 //   3. allgather inside the host, fp32: every rank gets the whole bucket (avg: / W).
+// The bucket goes through in pieces (of L x 256 Ki elements or more, at most max_pieces), so that
+// steps 1 and 3 of one piece run while step 2 of the next one waits on the link.
 // Per rank, the inter-host bytes are 1 / L of a flat compressed allreduce's over W ranks, and
 // nothing is quantized twice inside a host. With `none` the same path runs in fp32 (the usual
 // hierarchical allreduce, e.g. NCCL's tree/ring across nodes).
@@ -115,7 +117,7 @@ class hierarchical {
     TRAINKIT_CHECK(op == reduce_op::sum || op == reduce_op::avg, value_error, "hierarchical::compressed_allreduce",
                    C::name << ": only sum and avg, got " << to_string(op));
     TRAINKIT_CHECK(n >= 0, value_error, "hierarchical::compressed_allreduce", C::name << ": negative length " << n);
-    const int w = size(), l_size = local_.size(), l = local_.rank();
+    const int w = size();
     if (n == 0 || w == 1) {
       c.counter().add(0);
       return;
@@ -123,36 +125,64 @@ class hierarchical {
     if constexpr (C::lossy) c.feedback().set_layout("hierarchical");
     compress_workspace local_ws;
     compress_workspace& s = ws ? *ws : local_ws;
-    const index_t slice = (n + l_size - 1) / l_size;
-    const index_t lo = std::min<index_t>(n, l * slice), valid = std::min<index_t>(n, lo + slice) - lo;
-    float* mine = detail::compress_grow(s.slice, static_cast<std::size_t>(slice));
-    // 1. The host's sum of my slice, in fp32 (the bucket padded to L slices when n % L != 0).
-    const float* in = data;
-    if (slice * l_size != n) {
-      float* padded = detail::compress_grow(s.padded, static_cast<std::size_t>(slice * l_size));
-      std::copy(data, data + n, padded);
-      std::fill(padded + n, padded + slice * l_size, 0.0f);
-      in = padded;
+    const index_t l_size = local_.size(), l = local_.rank();
+    // Pieces of L * P elements, rank l taking elements [l P, (l + 1) P) of each: the intra-host
+    // steps of one piece overlap the inter-host step of the previous one (a pipeline of
+    // non-blocking reduce-scatters and allgathers around the blocking compressed allreduce).
+    const index_t per_rank = (n + l_size - 1) / l_size;
+    const index_t p = std::max<index_t>(index_t(1) << 18, (per_rank + max_pieces - 1) / max_pieces);
+    const index_t pieces = (n + l_size * p - 1) / (l_size * p);
+    auto piece_len = [&](index_t k) { return std::min(l_size * p, n - k * l_size * p); };
+    auto count = [&](index_t k) { return (piece_len(k) + l_size - 1) / l_size; };  // per rank
+    // Only the last piece can need padding to L equal parts: it goes through scratch.
+    const bool pad = count(pieces - 1) * l_size != piece_len(pieces - 1);
+    float* mine = detail::compress_grow(s.slice, static_cast<std::size_t>(pieces * p));
+    float* padded = pad ? detail::compress_grow(s.padded, static_cast<std::size_t>(2 * l_size * count(pieces - 1))) : nullptr;
+    auto in_of = [&](index_t k) { return pad && k == pieces - 1 ? padded : data + k * l_size * p; };
+    auto out_of = [&](index_t k) { return pad && k == pieces - 1 ? padded + l_size * count(k) : data + k * l_size * p; };
+    if (pad) {
+      const index_t k = pieces - 1;
+      std::copy(data + k * l_size * p, data + n, padded);
+      std::fill(padded + piece_len(k), padded + l_size * count(k), 0.0f);
     }
-    if (l_size > 1)
-      local_.reduce_scatter(in, mine, static_cast<std::size_t>(slice), reduce_op::sum).wait();
-    else
-      std::copy(in, in + slice, mine);
-    // 2. Between hosts, compressed with error feedback (the residuals of my slice, under `bucket`).
-    dist::compressed_allreduce(cross_, c, mine, valid, bucket, reduce_op::sum, &s);
-    if (op == reduce_op::avg) {
-      const float inv = 1.0f / static_cast<float>(w);
-      for (index_t i = 0; i < valid; ++i) mine[i] *= inv;
+    std::vector<work> gathers;
+    gathers.reserve(static_cast<std::size_t>(pieces));
+    auto scatter = [&](index_t k) {
+      return local_.reduce_scatter(in_of(k), mine + k * p, static_cast<std::size_t>(count(k)), reduce_op::sum);
+    };
+    work next = l_size > 1 ? scatter(0) : work{};
+    const float inv = op == reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
+    for (index_t k = 0; k < pieces; ++k) {
+      float* part = mine + k * p;
+      // 1. The host's fp32 sum of my part of piece k (started one piece ahead).
+      if (l_size > 1) {
+        next.wait();
+        if (k + 1 < pieces) next = scatter(k + 1);
+      } else {
+        std::copy(in_of(k), in_of(k) + count(k), part);
+      }
+      // 2. Between hosts, compressed with error feedback on this hop only.
+      const index_t valid = std::clamp<index_t>(piece_len(k) - l * count(k), 0, count(k));
+      dist::compressed_allreduce(cross_, c, part, valid, bucket * max_pieces + static_cast<std::size_t>(k),
+                                 reduce_op::sum, &s);
+      if (inv != 1.0f)
+        for (index_t i = 0; i < valid; ++i) part[i] *= inv;
+      // 3. Every part of piece k to every rank of the host, fp32 (waited for at the end).
+      if (l_size > 1)
+        gathers.push_back(local_.allgather(part, static_cast<std::size_t>(count(k)), out_of(k)));
+      else
+        std::copy(part, part + count(k), out_of(k));
     }
-    // 3. Every slice to every rank of the host, in fp32.
-    if (l_size > 1) {
-      float* all = detail::compress_grow(s.padded, static_cast<std::size_t>(slice * l_size));
-      local_.allgather(mine, static_cast<std::size_t>(slice), all).wait();
-      std::copy(all, all + n, data);
-    } else {
-      std::copy(mine, mine + n, data);
+    for (auto& g : gathers) g.wait();
+    if (pad) {
+      const index_t k = pieces - 1;
+      std::copy(out_of(k), out_of(k) + piece_len(k), data + k * l_size * p);
     }
   }
+
+  /// A bucket is reduced in at most this many pieces; piece k of bucket b keeps its error
+  /// feedback under the key b * max_pieces + k.
+  static constexpr std::size_t max_pieces = 64;
 
  private:
   Comm world_, local_, cross_;
