@@ -35,6 +35,8 @@ int main(int argc, char** argv) {
     }
     using pinned = tk::gpu::pinned_memory;
     const std::string how = f.str("comm");
+    if (f.num("hierarchical", 0, 1) != 0)  // NCCL is hierarchical by itself (NVLink inside, the network between)
+      throw std::invalid_argument("--hierarchical is for the CPU build; on GPUs NCCL's own topology does it");
     bool stopped = false;
     if (how == "nccl") {
 #if TRAINKIT_HAS_NCCL

@@ -126,7 +126,8 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   // residuals redistributed, the epoch continued from its global sample position (docs/ddp.md).
   tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
                              .resume = resume,
-                             .config = example::run_config(f, *model, {{"compression", f.str("compression")}}),
+                             .config = example::run_config(f, *model, {{"compression", f.str("compression")},
+                                                                       {"hierarchical", f.str("hierarchical")}}),
                              .every_steps = snapshot_every,
                              .rank = rank, .world_size = world, .any_rank = tk::io::any_rank_of(comm),
                              .allgather_bytes = tk::io::allgather_bytes_of(comm)},
@@ -223,7 +224,7 @@ inline flags ddp_flags(int argc, char** argv) {
                {{"data", "/usr/share/datasets/fashion-mnist"}, {"epochs", "3"}, {"batch", "64"},
                 {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                 {"compression", "none"}, {"overlap", "1"}, {"snapshot-dir", ""}, {"resume", "0"},
-                {"snapshot-every", "100"}, {"stop-after", "0"}, {"metrics-port", "0"}, {"tensorboard", ""}, {"comm", "nccl"}});
+                {"snapshot-every", "100"}, {"stop-after", "0"}, {"hierarchical", "0"}, {"metrics-port", "0"}, {"tensorboard", ""}, {"comm", "nccl"}});
 }
 
 /// Runs train_ddp with the compression policy --compression names.

@@ -8,6 +8,7 @@
 #include "trainkit/dist/quantized_allreduce.hpp"
 #include "trainkit/dist/check_consistent.hpp"
 #include "trainkit/dist/concepts.hpp"
+#include "trainkit/dist/hierarchical.hpp"
 #include "trainkit/dist/local_rank.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/thread_group.hpp"

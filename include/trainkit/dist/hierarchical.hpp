@@ -81,6 +81,12 @@ class hierarchical {
   Comm& world() noexcept { return world_; }
   Comm& local() noexcept { return local_; }
   Comm& cross() noexcept { return cross_; }
+  /// Whether a collective of any of the three has failed (when Comm can tell).
+  bool broken() const
+    requires requires(const Comm& c) { c.broken(); }
+  {
+    return world_.broken() || local_.broken() || cross_.broken();
+  }
   /// Hosts and ranks per host.
   int hosts() const noexcept { return cross_.size(); }
   int ranks_per_host() const noexcept { return local_.size(); }
