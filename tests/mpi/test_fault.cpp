@@ -5,7 +5,11 @@
 //
 //   test_mpi_fault [kill|stall]   kill: rank 2 raise(SIGKILL)s itself at iteration 10 (default);
 //                                 stall: rank 2 stops calling for 3 timeouts, then carries on
-//                                 (and times out itself: its peers have left).
+//                                 (and times out itself: its peers have left);
+//                                 transport: rank 2 dies at iteration 10 while the others wait on
+//                                 another transport (as on NCCL, which cannot tell who is gone): after
+//                                 the timeout they ask mpi::liveness_probe(), which must name rank 2,
+//                                 and lowest_surviving_rank() must then be 0 (the snapshot writer).
 //
 // What OpenMPI 4.1 does (observed with Debian's 4.1.4): by default mpirun tears the whole job down as
 // soon as a process dies on a signal ("mpirun noticed that process rank 2 ... exited on signal 9"),
@@ -54,6 +58,16 @@ int main(int argc, char** argv) {
       }
     }
     const auto start = std::chrono::steady_clock::now();
+    if (mode == "transport" && it == fatal_iteration) {  // the other transport's collective never completes
+      std::this_thread::sleep_for(timeout);
+      const std::string who = comm.liveness_probe()(std::chrono::milliseconds(500));
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::printf("rank %d: dist_error at iteration %d after %.2f s (the other transport timed out): %s; "
+                  "lowest surviving rank %d\n",
+                  comm.rank(), it, waited, who.c_str(), comm.lowest_surviving_rank());
+      std::fflush(stdout);
+      return 0;
+    }
     try {
       comm.allreduce(grad.data(), grad.size(), reduce_op::avg).wait();
     } catch (const dist_error& e) {

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -138,6 +139,11 @@ inline bool mpi_ensure_initialized(int* argc, char*** argv) {
   return here;
 }
 
+/// How long the liveness probe waits after a timeout: a quarter of it, within [0.5 s, 3 s].
+inline std::chrono::milliseconds probe_window(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout / 4, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
+}
+
 // The duplicated communicator and what every work of it shares.
 struct mpi_comm_state {
   MPI_Comm comm = MPI_COMM_NULL;
@@ -224,6 +230,23 @@ struct mpi_comm_state {
       was_late = late;
     }
   }
+  /// Probes (probe_silent_ranks), records the result for failed_ranks(), and says who is missing:
+  /// "rank 2 (host h, pid p) did not answer within 500 ms - dead or stalled; this is rank 0 (...)".
+  std::string probe_and_describe(std::chrono::milliseconds window) {
+    const std::vector<int> silent = probe_silent_ranks(window);
+    std::ostringstream os;
+    if (silent.empty() && probe_all_waiting) {
+      os << "every other rank had already given up on it and probed - this rank was the late one";
+    } else if (silent.empty()) {
+      os << "every rank answered a probe afterwards (a slow peer)";
+    } else {
+      for (std::size_t i = 0; i < silent.size(); ++i) os << (i ? ", " : "") << who(silent[i]);
+      os << " did not answer within " << window.count() << " ms - dead or stalled";
+    }
+    os << "; this is " << who(rank);
+    record_probe(silent, silent.empty() && probe_all_waiting);
+    return os.str();
+  }
   std::string reason() {
     std::lock_guard<std::mutex> lk(broken_mutex);
     return broken_reason;
@@ -290,21 +313,10 @@ class mpi_work final : public work_state {
           c_->timeout);
       if (!settled) {
         // Who is missing: the survivors are all timing out about now; ask them.
-        const auto window = std::clamp(c_->timeout / 4, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
-        const std::vector<int> silent = c_->probe_silent_ranks(window);
         std::ostringstream os;
-        os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call() << " to complete: ";
-        if (silent.empty() && c_->probe_all_waiting) {
-          os << "every other rank had already given up on it and probed - this rank was the late one";
-        } else if (silent.empty()) {
-          os << "every rank answered a probe afterwards (a slow peer)";
-        } else {
-          for (std::size_t i = 0; i < silent.size(); ++i) os << (i ? ", " : "") << c_->who(silent[i]);
-          os << " did not answer within " << window.count()
-             << " ms - dead or stalled";
-        }
-        os << "; this is " << c_->who(c_->rank) << "; the communicator cannot be used any more";
-        c_->record_probe(silent, silent.empty() && c_->probe_all_waiting);
+        os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call()
+           << " to complete: " << c_->probe_and_describe(probe_window(c_->timeout))
+           << "; the communicator cannot be used any more";
         c_->mark_broken(os.str());
         abandon();
         fail(os.str());
@@ -519,6 +531,13 @@ class mpi {
   [[nodiscard]] std::vector<int> failed_ranks() const {
     std::lock_guard<std::mutex> lk(state_->broken_mutex);
     return state_->failed_ranks;
+  }
+  /// The liveness probe for another transport bootstrapped from this communicator (dist::nccl
+  /// takes it at construction): after that transport timed out, every survivor calls it with the
+  /// same window; it returns who did not answer (probe_and_describe) and records them for
+  /// failed_ranks() and lowest_surviving_rank(). Once per communicator; keeps its state alive.
+  [[nodiscard]] std::function<std::string(std::chrono::milliseconds)> liveness_probe() const {
+    return [st = state_](std::chrono::milliseconds window) { return st->probe_and_describe(window); };
   }
   /// After a failure, the rank that writes the survivors' snapshot (each survivor computes the
   /// same from its probe): the lowest rank not found silent; -1 on a rank that was itself the

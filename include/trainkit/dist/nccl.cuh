@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <chrono>
+#include <functional>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -125,6 +126,19 @@ struct nccl_state {
   std::atomic<bool> broken{false};
   std::mutex m;
   std::string broken_reason;
+  /// The bootstrap's liveness probe (mpi::liveness_probe), when it has one: after a timeout it
+  /// names the ranks that are gone (NCCL itself cannot tell).
+  std::function<std::string(std::chrono::milliseconds)> probe;
+
+  /// After a timeout: who is missing, from the bootstrap's probe ("" without one).
+  std::string probe_peers() {
+    if (!probe) return {};
+    try {
+      return "; " + probe(std::clamp(timeout / 4, std::chrono::milliseconds(500), std::chrono::milliseconds(3000)));
+    } catch (const std::exception& e) {
+      return std::string("; the liveness probe failed: ") + e.what();
+    }
+  }
 
   nccl_state() = default;
   nccl_state(const nccl_state&) = delete;
@@ -170,7 +184,7 @@ struct nccl_state {
       if (std::chrono::steady_clock::now() >= deadline) {
         std::ostringstream os;
         os << call << " still in progress after " << timeout.count()
-           << " ms (a peer may have died or stalled); the NCCL communicator was aborted";
+           << " ms (a peer may have died or stalled)" << probe_peers() << "; the NCCL communicator was aborted";
         abort(os.str());
         return os.str();
       }
@@ -210,7 +224,8 @@ class nccl_work final : public work_state {
       if (!settled) {
         std::ostringstream os;
         os << "timed out after " << s_->timeout.count() << " ms waiting for the collective's CUDA event "
-           << "(a peer may have died or stalled); the NCCL communicator was aborted (ncclCommAbort)";
+           << "(a peer may have died or stalled)" << s_->probe_peers()
+           << "; the NCCL communicator was aborted (ncclCommAbort)";
         s_->abort(os.str());
         fail(os.str());
       }
@@ -295,6 +310,7 @@ class nccl {
     s_->rank = bootstrap.rank();
     s_->size = bootstrap.size();
     s_->timeout = detail::timeout_from_env("trainkit::dist::nccl", opt.timeout);
+    if constexpr (requires { bootstrap.liveness_probe(); }) s_->probe = bootstrap.liveness_probe();
     ncclUniqueId id{};
     std::string local_error;
     if (s_->rank == 0) {

@@ -104,7 +104,7 @@ concept has_value_state = requires(const X& cx, X& x) {
 /// compressions: error-feedback residuals). training_state uses it on a resume on another world size.
 template <class C>
 concept reshardable = has_named_tensor_state<C> &&
-    requires(C& c, const std::vector<std::remove_cvref_t<decltype(c.state())>>& old, int r) {
+    requires(C& c, const std::vector<std::remove_cvref_t<decltype(std::declval<const C&>().state())>>& old, int r) {
       reshard_state(c, old, r, r);
     };
 
