@@ -11,14 +11,8 @@ prom=$(command -v prometheus || true)
 command -v curl >/dev/null || { echo "SKIPPED: curl is not installed"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
 
-free_port() {  # a port nothing listens on (ss lists the listening ones)
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
-    ss -ltn 2>/dev/null | grep -q ":$p " || { echo "$p"; return; }
-  done
-  return 1
-}
+# shellcheck source=cmake/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 metrics_port=$(free_port) web_port=$(free_port)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }

@@ -71,14 +71,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-free_port() {  # a port nothing listens on (ss lists the listening ones)
-  local p
-  for _ in $(seq 100); do
-    p=$((20000 + RANDOM % 40000))
-    ss -ltn 2>/dev/null | grep -q ":$p " || { echo "$p"; return; }
-  done
-  return 1
-}
+# shellcheck source=cmake/free_port.sh
+source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 
 # --- munge: a fresh key, its own socket.
 mkdir -p "$tmp/munge" "$tmp/log" "$tmp/state" "$tmp/spool"
@@ -187,6 +181,7 @@ wait_for() {
   for ((i = 0; i < limit * 10; i++)); do
     "$@" && return 0
     case "$(job_field JobState)" in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY)
+      "$@" && return 0  # it may have ended between the check and the state query (waiting for the end)
       show_job; fail "job $jid ended ($(job_field JobState)) while waiting for $what";;
     esac
     sleep 0.1

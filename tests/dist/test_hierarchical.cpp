@@ -17,6 +17,7 @@
 #include "trainkit/dist/hierarchical.hpp"
 #include "trainkit/dist/thread_group.hpp"
 
+#include "dist/rank_gradients.hpp"
 #include "parallel/dp_checks.hpp"
 
 namespace {
@@ -24,6 +25,9 @@ namespace {
 using trainkit::index_t;
 namespace dist = trainkit::dist;
 using hier = dist::hierarchical<dist::thread_group>;
+using trainkit_test::exact_mean;
+using trainkit_test::grad_of;
+using trainkit_test::max_error;
 
 /// Runs f(comm) on H * L threads; world rank = host * L + local index.
 void run_hosts(int hosts, int per_host, const std::function<void(hier&)>& f) {
@@ -47,29 +51,6 @@ void run_hosts(int hosts, int per_host, const std::function<void(hier&)>& f) {
     });
   for (auto& t : threads) t.join();
   for (const auto& e : errors) CHECK(e == "");
-}
-
-std::vector<float> grad_of(int rank, index_t n) {
-  std::mt19937 gen(static_cast<unsigned>(rank) + 11);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = d(gen);
-  return v;
-}
-
-std::vector<double> exact_mean(int w, index_t n) {
-  std::vector<double> m(static_cast<std::size_t>(n), 0.0);
-  for (int r = 0; r < w; ++r) {
-    const auto g = grad_of(r, n);
-    for (index_t i = 0; i < n; ++i) m[static_cast<std::size_t>(i)] += g[static_cast<std::size_t>(i)] / w;
-  }
-  return m;
-}
-
-double max_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double e = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) e = std::max(e, std::fabs(got[i] - want[i]));
-  return e;
 }
 
 }  // namespace

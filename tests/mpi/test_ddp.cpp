@@ -9,6 +9,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "mpi/mpi_catch_main.hpp"
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -131,26 +133,9 @@ TEST_CASE("mpi data_parallel: unused parameters and found_inf", "[dist][mpi][ddp
 
 int main(int argc, char** argv) {
   mpi::environment env(argc, argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
   // Generous: the ranks share 2 cores under --oversubscribe; a rank out of step still fails, not hangs.
   world_comm = std::make_unique<mpi>(trainkit::dist::mpi_options{.timeout = std::chrono::milliseconds(30000)});
-
-  // Rank 0 reports in full; the others only their failures.
-  std::vector<char*> args(argv, argv + argc);
-  std::string reporter = "compact", reporter_flag = "-r";
-  if (rank != 0) {
-    args.push_back(reporter_flag.data());
-    args.push_back(reporter.data());
-  }
-  Catch::Session session;
-  const int failed = session.run(static_cast<int>(args.size()), args.data());
-  if (failed != 0) std::fprintf(stderr, "test_mpi_ddp: rank %d of %d: %d test case(s) failed\n", rank, size, failed);
+  const int rc = trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_ddp");
   world_comm.reset();
-
-  // Every rank exits with the same code.
-  int total = failed;
-  if (mpi::environment::healthy()) MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  return total == 0 ? 0 : 1;
+  return rc;
 }

@@ -5,6 +5,9 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "dist/rank_gradients.hpp"
+#include "mpi/mpi_catch_main.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,23 +26,10 @@ using trainkit::index_t;
 using dist::mpi;
 const dist::mpi_options options{.timeout = std::chrono::milliseconds(30000)};
 
-std::vector<float> grad_of(int rank, index_t n) {
-  std::mt19937 gen(static_cast<unsigned>(rank) + 11);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (auto& x : v) x = d(gen);
-  return v;
-}
+using trainkit_test::grad_of;
 
 double error_to_mean(const std::vector<float>& got, int w) {
-  std::vector<double> m(got.size(), 0.0);
-  for (int r = 0; r < w; ++r) {
-    const auto g = grad_of(r, static_cast<index_t>(got.size()));
-    for (std::size_t i = 0; i < m.size(); ++i) m[i] += g[i] / w;
-  }
-  double e = 0;
-  for (std::size_t i = 0; i < m.size(); ++i) e = std::max(e, std::fabs(got[i] - m[i]));
-  return e;
+  return trainkit_test::max_error(got, trainkit_test::exact_mean(w, static_cast<index_t>(got.size())));
 }
 
 std::uint64_t hash_of(const std::vector<float>& v) { return dist::hash_bytes(v.data(), v.size() * sizeof(float)); }
@@ -86,19 +76,5 @@ TEST_CASE("mpi hierarchical: hosts of two ranks compress between them only", "[d
 
 int main(int argc, char** argv) {
   mpi::environment env(argc, argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::vector<char*> args(argv, argv + argc);
-  std::string reporter = "compact", reporter_flag = "-r";
-  if (rank != 0) {
-    args.push_back(reporter_flag.data());
-    args.push_back(reporter.data());
-  }
-  Catch::Session session;
-  const int failed = session.run(static_cast<int>(args.size()), args.data());
-  if (failed != 0) std::fprintf(stderr, "test_mpi_hierarchical: rank %d of %d: %d test case(s) failed\n", rank, size, failed);
-  int total = failed;
-  if (mpi::environment::healthy()) MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  return total == 0 ? 0 : 1;
+  return trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_hierarchical");
 }

@@ -6,6 +6,8 @@
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
+#include "mpi/mpi_catch_main.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -108,19 +110,5 @@ TEST_CASE("resume on another world size: mpirun 2 -> 1, 2 -> 3, 4 -> 2", "[io][d
 
 int main(int argc, char** argv) {
   mpi::environment env(argc, argv);
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  std::vector<char*> args(argv, argv + argc);
-  std::string reporter = "compact", reporter_flag = "-r";
-  if (rank != 0) {  // rank 0 reports in full; the others only their failures
-    args.push_back(reporter_flag.data());
-    args.push_back(reporter.data());
-  }
-  Catch::Session session;
-  const int failed = session.run(static_cast<int>(args.size()), args.data());
-  if (failed != 0) std::fprintf(stderr, "test_mpi_resize: rank %d of %d: %d test case(s) failed\n", rank, size, failed);
-  int total = failed;
-  if (mpi::environment::healthy()) MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  return total == 0 ? 0 : 1;
+  return trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_resize");
 }

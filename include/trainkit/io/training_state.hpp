@@ -116,11 +116,7 @@ class training_state {
   /// "meta", "progress" and the shared components only.
   snapshot capture_shared() const {
     snapshot snap;
-    auto& meta = snap.add_section("meta");
-    meta.put_string("library", "trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." +
-                                   std::to_string(TRAINKIT_VERSION_MINOR) + "." +
-                                   std::to_string(TRAINKIT_VERSION_PATCH));
-    meta.put_int("unix_time", static_cast<std::int64_t>(std::time(nullptr)));
+    add_meta(snap);
     save_state(snap, "progress", progress_);
     for (const auto& e : entries_)
       if (e.scope == state_scope::shared) e.save(snap.add_section(e.section));
@@ -151,12 +147,7 @@ class training_state {
   /// other ranks' are gone; meta says so, and restore() keeps per-rank components as they are.
   snapshot capture_after_failure(const snapshot& boundary, int writer) const {
     snapshot snap;
-    auto& meta = snap.add_section("meta");
-    meta.put_string("library", "trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." +
-                                   std::to_string(TRAINKIT_VERSION_MINOR) + "." +
-                                   std::to_string(TRAINKIT_VERSION_PATCH));
-    meta.put_int("unix_time", static_cast<std::int64_t>(std::time(nullptr)));
-    meta.put_string(std::string(per_rank_dropped), "written by rank " + std::to_string(writer) + " after a peer failed");
+    add_meta(snap).put_string(std::string(per_rank_dropped), "written by rank " + std::to_string(writer) + " after a peer failed");
     snap.add_section_copy(boundary.section("progress"));
     for (const auto& e : entries_)
       if (e.scope == state_scope::shared) {
@@ -246,6 +237,15 @@ class training_state {
     std::function<void(const std::vector<const snapshot_section*>&, int, int)> reshard;
     bool small = false;  // a value state (a position, a counter, a generator): cheap to capture every step
   };
+  /// The "meta" section: library version, time.
+  static snapshot_section& add_meta(snapshot& snap) {
+    auto& meta = snap.add_section("meta");
+    meta.put_string("library", "trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." +
+                                   std::to_string(TRAINKIT_VERSION_MINOR) + "." +
+                                   std::to_string(TRAINKIT_VERSION_PATCH));
+    meta.put_int("unix_time", static_cast<std::int64_t>(std::time(nullptr)));
+    return meta;
+  }
   static std::string name_of(const entry& e, int rank) {
     return e.scope == state_scope::per_rank ? rank_section(e.section, rank) : e.section;
   }

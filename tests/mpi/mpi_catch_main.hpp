@@ -1,0 +1,40 @@
+// tests/mpi/mpi_catch_main.hpp - the Catch2 session of a multi-process test: every rank runs the
+// test cases (rank 0 reports in full, the others only their failures, through Catch's compact
+// reporter), and every rank exits with the same code, the ranks' failures summed.
+//
+//   int main(int argc, char** argv) {
+//     mpi::environment env(argc, argv);
+//     ...set-up...
+//     return trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_<name>");
+//   }
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "trainkit/dist/mpi.hpp"
+
+namespace trainkit_test {
+
+inline int run_mpi_catch_session(int argc, char** argv, const char* program) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<char*> args(argv, argv + argc);
+  std::string reporter = "compact", reporter_flag = "-r";
+  if (rank != 0) {
+    args.push_back(reporter_flag.data());
+    args.push_back(reporter.data());
+  }
+  Catch::Session session;
+  const int failed = session.run(static_cast<int>(args.size()), args.data());
+  if (failed != 0) std::fprintf(stderr, "%s: rank %d of %d: %d test case(s) failed\n", program, rank, size, failed);
+  int total = failed;
+  if (trainkit::dist::mpi::environment::healthy())
+    MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  return total == 0 ? 0 : 1;
+}
+
+}  // namespace trainkit_test
