@@ -1,8 +1,10 @@
 #!/bin/sh
-# allreduce_netns.sh - bench_allreduce (or any MPI program) on 2 "hosts" across a slow link: two
-# network namespaces on this machine joined by a veth pair, shaped with tc (tbf, both directions)
-# to 1 Gbit/s and then to 10 Gbit/s, with RANKS_PER_HOST ranks in each (default 1). Everything it creates (namespaces, veth, hostfile) is removed when it exits, also on
-# error or Ctrl-C. Needs root (ip netns, tc) and OpenMPI's mpirun.
+# allreduce_netns.sh - bench_allreduce (or any MPI program) on HOSTS "hosts" (default 2, up to 8)
+# across slow links: network namespaces on this machine - two joined by a veth pair, more by veth
+# pairs to a bridge in a switch namespace - each host's link shaped with tc (tbf, both directions)
+# to 1 Gbit/s and then to 10 Gbit/s, with RANKS_PER_HOST ranks on each (default 1). Everything it
+# creates (namespaces, veths, bridge, hostfile) is removed when it exits, also on error or Ctrl-C.
+# Needs root (ip netns, tc) and OpenMPI's mpirun.
 #
 #   sudo benchmarks/allreduce_netns.sh [BENCH [bench args...]]
 #   sudo benchmarks/allreduce_netns.sh build/benchmarks/bench_allreduce --sizes=25
@@ -10,27 +12,29 @@
 #   RANKS_PER_HOST=2 sudo benchmarks/allreduce_netns.sh build/benchmarks/bench_allreduce --sizes=25 --hierarchical
 #       2 hosts x 2 ranks: the ranks of a host talk through shared memory (btl vader), the hosts
 #       through the shaped veth; --hierarchical compares dist::hierarchical with the flat allreduces
-#   RANKS_PER_HOST=2 sudo benchmarks/allreduce_netns.sh build/examples/fashion_mnist_ddp --hierarchical 1 ...
+#   HOSTS=3 RANKS_PER_HOST=2 sudo benchmarks/allreduce_netns.sh build/examples/fashion_mnist_ddp --hierarchical 1 ...
 #
-# How the ranks land in different namespaces: mpirun itself runs in namespace A and sees a hostfile
-# of two "hosts", A's and B's veth addresses. A's address is local, so rank 0 starts as mpirun's
-# child in A; for B, mpirun calls its rsh agent - here a three-line script that runs the daemon
-# command under `ip netns exec B` instead of ssh. Both the daemons' control traffic and the ranks'
-# data (btl tcp, restricted to the veth subnet) then cross the shaped veth; shared memory is used
-# only between the ranks of one "host" (RANKS_PER_HOST > 1), as it would be on real machines.
+# How the ranks land in different namespaces: mpirun itself runs in host 0's namespace and sees a
+# hostfile of the hosts' addresses. Host 0's address is local, so its ranks start as mpirun's
+# children; for every other host mpirun calls its rsh agent - here a short script that runs the
+# daemon command under `ip netns exec <host>` (with the host's own name, in a UTS namespace)
+# instead of ssh. Both the daemons' control traffic and the ranks' data (btl tcp, restricted to the
+# hosts' subnet) then cross the shaped links; shared memory is used only between the ranks of one
+# "host" (RANKS_PER_HOST > 1), as it would be on real machines.
 set -eu
 
 BENCH=${1:-build/benchmarks/bench_allreduce}
 [ $# -gt 0 ] && shift
 RATES=${RATES:-"1gbit 10gbit"}
 RANKS_PER_HOST=${RANKS_PER_HOST:-1}
-NS_A=tk_allreduce_a
-NS_B=tk_allreduce_b
-DEV_A=tk_ar_a
-DEV_B=tk_ar_b
+HOSTS=${HOSTS:-2}
 NET=10.231.77
-ADDR_A=$NET.1
-ADDR_B=$NET.2
+PREFIX=tk_allreduce
+[ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 8 ] || { echo "allreduce_netns.sh: HOSTS must be 2..8, got $HOSTS" >&2; exit 1; }
+ns_of() { if [ "$HOSTS" -eq 2 ]; then [ "$1" -eq 0 ] && echo ${PREFIX}_a || echo ${PREFIX}_b; else echo ${PREFIX}_h$1; fi; }
+dev_of() { if [ "$HOSTS" -eq 2 ]; then [ "$1" -eq 0 ] && echo tk_ar_a || echo tk_ar_b; else echo tk_ar_h$1; fi; }
+addr_of() { echo "$NET.$(($1 + 1))"; }
+NS_SW=${PREFIX}_sw  # HOSTS > 2: the switch (a bridge) every host's link goes to
 
 die() { echo "allreduce_netns.sh: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || die "needs root (network namespaces, tc)"
@@ -41,39 +45,58 @@ command -v mpirun >/dev/null || die "needs mpirun (openmpi-bin)"
 BENCH=$(cd "$(dirname "$BENCH")" && pwd)/$(basename "$BENCH")
 
 remove_namespaces() {
-  # Deleting a namespace deletes the veth end inside it, and with it the pair.
-  ip netns del "$NS_A" 2>/dev/null || true
-  ip netns del "$NS_B" 2>/dev/null || true
+  # Deleting a namespace deletes the veth ends inside it, and with them the pairs.
+  for ns in ${PREFIX}_a ${PREFIX}_b ${PREFIX}_h0 ${PREFIX}_h1 ${PREFIX}_h2 ${PREFIX}_h3 ${PREFIX}_h4 ${PREFIX}_h5 \
+            ${PREFIX}_h6 ${PREFIX}_h7 "$NS_SW"; do
+    ip netns del "$ns" 2>/dev/null || true
+  done
 }
 remove_namespaces  # leftovers of a killed run would make `ip netns add` fail
 WORK=$(mktemp -d /tmp/tk_allreduce_netns.XXXXXX)
 trap 'remove_namespaces; rm -rf "$WORK"' EXIT
 trap 'exit 130' INT TERM
 
-ip netns add "$NS_A"
-ip netns add "$NS_B"
-ip link add "$DEV_A" netns "$NS_A" type veth peer name "$DEV_B" netns "$NS_B"
-ip -n "$NS_A" addr add "$ADDR_A/24" dev "$DEV_A"
-ip -n "$NS_B" addr add "$ADDR_B/24" dev "$DEV_B"
-for ns in "$NS_A" "$NS_B"; do ip -n "$ns" link set lo up; done
-ip -n "$NS_A" link set "$DEV_A" up
-ip -n "$NS_B" link set "$DEV_B" up
+h=0
+while [ $h -lt "$HOSTS" ]; do ip netns add "$(ns_of $h)"; ip -n "$(ns_of $h)" link set lo up; h=$((h + 1)); done
+if [ "$HOSTS" -eq 2 ]; then
+  # Two hosts: one veth pair between them.
+  ip link add "$(dev_of 0)" netns "$(ns_of 0)" type veth peer name "$(dev_of 1)" netns "$(ns_of 1)"
+else
+  # More: each host's veth goes to a bridge in the switch namespace (its end there is tk_sw<i>).
+  ip netns add "$NS_SW"
+  ip -n "$NS_SW" link add br0 type bridge
+  ip -n "$NS_SW" link set br0 up
+  h=0
+  while [ $h -lt "$HOSTS" ]; do
+    ip link add "$(dev_of $h)" netns "$(ns_of $h)" type veth peer name "tk_sw$h" netns "$NS_SW"
+    ip -n "$NS_SW" link set "tk_sw$h" master br0
+    ip -n "$NS_SW" link set "tk_sw$h" up
+    h=$((h + 1))
+  done
+fi
+: >"$WORK/hosts"
+h=0
+while [ $h -lt "$HOSTS" ]; do
+  ip -n "$(ns_of $h)" addr add "$(addr_of $h)/24" dev "$(dev_of $h)"
+  ip -n "$(ns_of $h)" link set "$(dev_of $h)" up
+  printf '%s slots=%s\n' "$(addr_of $h)" "$RANKS_PER_HOST" >>"$WORK/hosts"
+  h=$((h + 1))
+done
 
 # The ssh stand-in: "agent HOST COMMAND..." runs COMMAND in HOST's namespace.
-cat >"$WORK/agent" <<EOF
-#!/bin/sh
-host=\$1; shift
-case "\$host" in
-  $ADDR_A) ns=$NS_A ;;
-  $ADDR_B) ns=$NS_B ;;
-  *) echo "allreduce_netns agent: unknown host \$host" >&2; exit 1 ;;
-esac
-# Its own host name too (a UTS namespace): shared-memory segments are named after the host, and
-# the ranks of two "hosts" must not meet in the same ones.
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$(echo \$ns | tr _ -); \$*"
-EOF
+{
+  echo '#!/bin/sh'
+  echo 'host=$1; shift'
+  echo 'case "$host" in'
+  h=0
+  while [ $h -lt "$HOSTS" ]; do echo "  $(addr_of $h)) ns=$(ns_of $h) ;;"; h=$((h + 1)); done
+  echo '  *) echo "allreduce_netns agent: unknown host $host" >&2; exit 1 ;;'
+  echo 'esac'
+  echo '# Its own host name too (a UTS namespace): shared-memory segments are named after the host, and'
+  echo '# the ranks of two "hosts" must not meet in the same ones.'
+  echo 'exec ip netns exec "$ns" unshare --uts sh -c "hostname $(echo $ns | tr _ -); $*"'
+} >"$WORK/agent"
 chmod +x "$WORK/agent"
-printf '%s slots=%s\n%s slots=%s\n' "$ADDR_A" "$RANKS_PER_HOST" "$ADDR_B" "$RANKS_PER_HOST" >"$WORK/hosts"
 BTL=tcp,self
 [ "$RANKS_PER_HOST" -gt 1 ] && BTL=${BTL_LOCAL:-tcp,self,vader}
 
@@ -85,10 +108,15 @@ for rate in $RATES; do
     *) die "rate '$rate' must be <N>gbit or <N>mbit" ;;
   esac
   [ "$burst" -ge 65536 ] || burst=65536
-  tc -n "$NS_A" qdisc replace dev "$DEV_A" root tbf rate "$rate" burst "$burst" latency 50ms
-  tc -n "$NS_B" qdisc replace dev "$DEV_B" root tbf rate "$rate" burst "$burst" latency 50ms
-  echo "=== veth shaped to $rate each way (tbf burst $burst bytes); $RANKS_PER_HOST rank(s) in each of $NS_A and $NS_B ==="
-  ip netns exec "$NS_A" mpirun --allow-run-as-root --oversubscribe --hostfile "$WORK/hosts" -np $((2 * RANKS_PER_HOST)) \
+  # Every host's link, both ways: its egress in the host, and (HOSTS > 2) the switch port's egress.
+  h=0
+  while [ $h -lt "$HOSTS" ]; do
+    tc -n "$(ns_of $h)" qdisc replace dev "$(dev_of $h)" root tbf rate "$rate" burst "$burst" latency 50ms
+    [ "$HOSTS" -gt 2 ] && tc -n "$NS_SW" qdisc replace dev "tk_sw$h" root tbf rate "$rate" burst "$burst" latency 50ms
+    h=$((h + 1))
+  done
+  echo "=== $HOSTS hosts, each link shaped to $rate each way (tbf burst $burst bytes); $RANKS_PER_HOST rank(s) per host ==="
+  ip netns exec "$(ns_of 0)" mpirun --allow-run-as-root --oversubscribe --hostfile "$WORK/hosts" -np $((HOSTS * RANKS_PER_HOST)) \
     --mca plm_rsh_agent "$WORK/agent" \
     --mca oob_tcp_if_include "$NET.0/24" \
     --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" \
