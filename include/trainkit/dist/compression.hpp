@@ -340,17 +340,15 @@ compression_state reshard_feedback(const std::vector<compression_state>& old, in
   TRAINKIT_CHECK(world >= 1 && rank >= 0 && rank < world && !old.empty(), value_error, "reshard_feedback",
                  C::name << ": rank " << rank << " of " << world << " from " << old.size() << " old rank(s)");
   const int n_old = static_cast<int>(old.size());
+  // The buckets and their lengths, from any old rank's worker residuals (and no other layout).
+  std::vector<index_t> len;
   for (int i = 0; i < n_old; ++i)
-    for (const auto& [key, t] : old[static_cast<std::size_t>(i)])
+    for (const auto& [key, t] : old[static_cast<std::size_t>(i)]) {
       TRAINKIT_CHECK(!key.starts_with("layout."), value_error, "reshard_feedback",
                      C::name << ": the residuals were made for a " << key.substr(7)
                              << " allreduce (old rank " << i
                              << "), whose slices depend on the world size; resume on the same world size "
                                 "(or start error feedback afresh)");
-  // The buckets and their lengths, from any old rank's worker residuals.
-  std::vector<index_t> len;
-  for (int i = 0; i < n_old; ++i)
-    for (const auto& [key, t] : old[static_cast<std::size_t>(i)]) {
       if (!key.starts_with("worker.")) continue;
       const std::size_t b = std::stoul(key.substr(7));
       if (len.size() <= b) len.resize(b + 1, -1);

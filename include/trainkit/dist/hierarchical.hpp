@@ -194,11 +194,4 @@ class hierarchical {
   Comm world_, local_, cross_;
 };
 
-namespace detail {
-template <class X>
-inline constexpr bool is_hierarchical = false;
-template <class Comm>
-inline constexpr bool is_hierarchical<hierarchical<Comm>> = true;
-}  // namespace detail
-
 }  // namespace trainkit::dist

@@ -139,11 +139,6 @@ inline bool mpi_ensure_initialized(int* argc, char*** argv) {
   return here;
 }
 
-/// How long the liveness probe waits after a timeout: a quarter of it, within [0.5 s, 3 s].
-inline std::chrono::milliseconds probe_window(std::chrono::milliseconds timeout) {
-  return std::clamp(timeout / 4, std::chrono::milliseconds(500), std::chrono::milliseconds(3000));
-}
-
 // The duplicated communicator and what every work of it shares.
 struct mpi_comm_state {
   MPI_Comm comm = MPI_COMM_NULL;

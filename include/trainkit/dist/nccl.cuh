@@ -134,7 +134,7 @@ struct nccl_state {
   std::string probe_peers() {
     if (!probe) return {};
     try {
-      return "; " + probe(std::clamp(timeout / 4, std::chrono::milliseconds(500), std::chrono::milliseconds(3000)));
+      return "; " + probe(probe_window(timeout));
     } catch (const std::exception& e) {
       return std::string("; the liveness probe failed: ") + e.what();
     }

@@ -154,9 +154,9 @@ class resumable_run {
   /// loop should then return.
   bool step_done() {
     ++state_.progress().step;
-    // The state of the step just completed, before any collective below can fail: what
-    // save_after_failure() writes (a few small records).
-    if (manager_) boundary_ = state_.capture_boundary();
+    // Data parallel: the state of the step just completed, before any collective below can fail -
+    // what save_after_failure() writes (a few small records; a single process has no peer to lose).
+    if (manager_ && o_.any_rank) boundary_ = state_.capture_boundary();
     bool stop = stop_requested_ || (guard_ && guard_->requested());
     if (o_.any_rank) stop = o_.any_rank(stop);
     bool due = manager_ && timer_.due(step());
@@ -214,8 +214,12 @@ class resumable_run {
     auto path = manager_->save_as_survivor(p.step, snap);
     if (path) {
       last_saved_ = path;
-      std::fprintf(stderr, "resumable_run: rank %d wrote the snapshot of step %lld after a peer failed: %s\n", o_.rank,
-                   static_cast<long long>(p.step), path->string().c_str());
+      const std::string m = "resumable_run: rank " + std::to_string(o_.rank) + " wrote the snapshot of step " +
+                            std::to_string(p.step) + " after a peer failed: " + path->string();
+      if (o_.log)  // say() speaks for rank 0 only; the writer may be another rank
+        o_.log(m);
+      else
+        std::fprintf(stderr, "%s\n", m.c_str());
     }
     return path;
   }
