@@ -7,9 +7,10 @@
 //   - each conv2d / linear rounds its input, weight and bias to bf16, accumulates in fp32, adds
 //     the bias, and rounds the result to bf16 once (PyTorch: a bf16 tensor; trainkit: fp32
 //     values that are bf16 values);
-//   - relu, the residual add and the fp32 cross-entropy run on those values. PyTorch rounds the
-//     bf16 add's result to bf16, trainkit keeps the fp32 sum; the next op of both (relu, then the
-//     linear that rounds its input) makes them the same value again;
+//   - relu, the residual add and the fp32 cross-entropy run on those values. Both round the bf16
+//     add's result to bf16 (trainkit holds the values between these ops in bf16 when oneDNN runs
+//     its bf16 GEMMs: var::value_bf16; without it they are fp32 values, the add's sum unrounded,
+//     and the next op - relu, then the linear that rounds its input - makes them the same again);
 //   - backward: the incoming gradient of each conv/linear is rounded to bf16 and so is each
 //     gradient it returns (dx, dW, db), as PyTorch's bf16 backward and the cast's backward do.
 // So the two differ only where an fp32 sum taken in another order lands on the other side of a

@@ -76,6 +76,43 @@ tensor<T, D> from_gemm(const tensor<G, D>& t) {
     return cast<T>(cast<Compute>(t));
 }
 
+/// Whether a mixed op leaves its result in bfloat16 (var::from_bfloat16) and hands its input
+/// gradients on in bfloat16 (grad_flow): a bf16 policy on a device with a native bf16 GEMM, where
+/// the GEMM's own output is the result - as torch.autocast's bf16 ops return bf16 tensors.
+template <class Device, class Compute>
+inline constexpr bool keeps_bf16 = std::is_same_v<Compute, bfloat16> && native_gemm<Device, Compute>;
+
+/// x's values as Compute elements, dense: its bfloat16 values as they are when it holds them
+/// (the previous 16-bit op's result), else rounded from T.
+template <class Compute, class T, class D>
+tensor<Compute, D> compute_values(const autograd::var<T, D>& x) {
+  if constexpr (std::is_same_v<Compute, bfloat16>)
+    if (x.holds_bf16()) return x.value_bf16().contiguous();
+  return cast<Compute>(x.value().contiguous());
+}
+
+/// The incoming gradient as G elements rounded to Compute (a bf16 gradient as it is).
+template <class G, class Compute, class T, class D>
+tensor<G, D> gradient_to_gemm(const autograd::grad_flow<T, D>& g) {
+  if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<Compute, bfloat16>)
+    if (g.is_narrow()) return g.bf16.contiguous();
+  return to_gemm<G, Compute>(g.widened());
+}
+
+/// A plain op's input gradients (run on G = bfloat16): the first `activations` of them handed on
+/// in bfloat16, the rest (weight, bias: master-weight gradients) widened to T.
+template <class T, class D, class R>
+std::vector<autograd::grad_flow<T, D>> gradients_kept_bf16(R&& r, const std::vector<bool>& needs,
+                                                           std::size_t activations = 1) {
+  std::vector<autograd::grad_flow<T, D>> out(needs.size());
+  for (std::size_t i = 0; i < needs.size() && i < r.size(); ++i) {
+    if (!needs[i] || !r[i].defined()) continue;
+    out[i] = i < activations ? autograd::grad_flow<T, D>::narrow(std::move(r[i]))
+                             : autograd::grad_flow<T, D>(cast<T>(r[i]));
+  }
+  return out;
+}
+
 /// Each input gradient of a plain op's backward (run on G) rounded to Compute, as T.
 template <class T, class Compute, class G, class D, class R>
 std::vector<tensor<T, D>> gradients_from_gemm(const R& r, const std::vector<bool>& needs) {
@@ -107,10 +144,22 @@ struct linear {
   bool has_bias = false;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
-    // The input is read only for the weight's gradient.
-    const autograd::ops::linear<G, D> op{needs[1] ? cast<G>(x2) : tensor<G, D>(), cast<G>(wc), x_sizes, has_bias};
-    return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
+    return detail::gradients_from_gemm<T, Compute, G, D>(plain(needs).backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
+  }
+  /// bf16 with a native GEMM: the gradient in and the input's gradient out stay bf16.
+  std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
+                                                       const std::vector<bool>& needs) const
+    requires detail::keeps_bf16<D, Compute>
+  {
+    return detail::gradients_kept_bf16<T, D>(plain(needs).backward(detail::gradient_to_gemm<G, Compute>(g), needs),
+                                             needs);
+  }
+
+ private:
+  // The input is read only for the weight's gradient.
+  autograd::ops::linear<G, D> plain(const std::vector<bool>& needs) const {
+    return {needs[1] ? cast<G>(x2) : tensor<G, D>(), cast<G>(wc), x_sizes, has_bias};
   }
 };
 
@@ -120,11 +169,19 @@ struct matmul {
   static constexpr std::string_view name = "matmul";
   tensor<Compute, D> a, b;
 
+  using G = detail::gemm_t<D, Compute>;
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
-    using G = detail::gemm_t<D, Compute>;
     const autograd::ops::matmul<G, D> op{cast<G>(a), cast<G>(b)};
     return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
+  }
+  /// bf16 with a native GEMM: the gradient in and both operands' gradients out stay bf16.
+  std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
+                                                       const std::vector<bool>& needs) const
+    requires detail::keeps_bf16<D, Compute>
+  {
+    return detail::gradients_kept_bf16<T, D>(
+        autograd::ops::matmul<G, D>{a, b}.backward(detail::gradient_to_gemm<G, Compute>(g), needs), needs, 2);
   }
 };
 
@@ -142,24 +199,49 @@ struct conv2d {
   bool has_bias = false;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
-    const autograd::ops::conv2d<G, D> op{cast<G>(x), cast<G>(wc), x_sizes, g, groups, has_bias};
-    return detail::gradients_from_gemm<T, Compute, G, D>(
-        op.backward(detail::to_gemm<G, Compute>(grad), needs), needs);
+    return detail::gradients_from_gemm<T, Compute, G, D>(plain().backward(detail::to_gemm<G, Compute>(grad), needs),
+                                                         needs);
   }
+  /// bf16 with a native GEMM: the gradient in and the input's gradient out stay bf16.
+  std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& grad,
+                                                       const std::vector<bool>& needs) const
+    requires detail::keeps_bf16<D, Compute>
+  {
+    return detail::gradients_kept_bf16<T, D>(
+        plain().backward(detail::gradient_to_gemm<G, Compute>(grad), needs), needs);
+  }
+
+ private:
+  autograd::ops::conv2d<G, D> plain() const { return {cast<G>(x), cast<G>(wc), x_sizes, g, groups, has_bias}; }
 };
 
 }  // namespace ops
 
 namespace detail {
+/// Records a mixed op's GEMM result (G elements) over x, w and, when defined, b: kept in bfloat16
+/// where keeps_bf16, else rounded to Compute and widened to T, tagged as Compute values.
+template <class T, class Compute, class Op, class G, class D>
+autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T, D>& x,
+                                  const autograd::var<T, D>& w, const autograd::var<T, D>& b) {
+  if constexpr (keeps_bf16<D, Compute>) {
+    return b.defined() ? autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w, b)
+                       : autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w);
+  } else {
+    auto yt = from_gemm<T, Compute>(y);
+    auto r = b.defined() ? autograd::record(std::forward<Op>(op), std::move(yt), x, w, b)
+                         : autograd::record(std::forward<Op>(op), std::move(yt), x, w);
+    r.set_precision(autograd::precision_of<Compute>);  // its values are Compute values (value_precision)
+    return r;
+  }
+}
+
 /// matmul with operands and result rounded to Compute, a and b saved in Compute.
 template <class Compute, class T, class D>
 autograd::var<T, D> mixed_matmul(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
   using G = gemm_t<D, Compute>;
-  const tensor<Compute, D> ac = cast<Compute>(a.value()), bc = cast<Compute>(b.value());
-  auto y = from_gemm<T, Compute>(trainkit::matmul(cast<G>(ac), cast<G>(bc)));
-  auto r = autograd::record(ops::matmul<Compute, T, D>{ac, bc}, std::move(y), a, b);
-  r.set_precision(autograd::precision_of<Compute>);
-  return r;
+  const tensor<Compute, D> ac = compute_values<Compute>(a), bc = compute_values<Compute>(b);
+  return record_result<T, Compute>(ops::matmul<Compute, T, D>{ac, bc}, trainkit::matmul(cast<G>(ac), cast<G>(bc)),
+                                   a, b, autograd::var<T, D>());
 }
 }  // namespace detail
 
@@ -175,13 +257,13 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
   } else {
     using C = typename P::compute_type;
     using G = detail::gemm_t<D, C>;
-    const auto& xv = x.value();
+    const shape& xs = x.sizes();  // x.value() would make the T copy of a bf16-held input
     const auto& wv = weight.value();
     TRAINKIT_CHECK(
         wv.dim() == 2, shape_error, "linear",
         "weight must be 2-D [out_features, in_features], got sizes " << trainkit::to_string(wv.sizes()));
-    TRAINKIT_CHECK(xv.dim() >= 1 && xv.size(-1) == wv.size(1), shape_error, "linear",
-                   "input of sizes " << trainkit::to_string(xv.sizes()) << " does not end in in_features = "
+    TRAINKIT_CHECK(!xs.empty() && xs.back() == wv.size(1), shape_error, "linear",
+                   "input of sizes " << trainkit::to_string(xs) << " does not end in in_features = "
                                      << wv.size(1) << " of weight sizes " << trainkit::to_string(wv.sizes()));
     const index_t in = wv.size(1), out_f = wv.size(0);
     if (bias.defined())
@@ -191,11 +273,20 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
     // The input is saved (in C) only for the weight's gradient; without one (no_grad, the
     // forward of a checkpointed segment, a frozen layer) it is rounded straight to the gemm type.
     const bool save_x = autograd::is_grad_enabled() && weight.requires_grad();
-    const tensor<C, D> xc = save_x ? tensor<C, D>(cast<C>(xv).view({-1, in})) : tensor<C, D>();  // [rows, in]
-    const tensor<G, D> xg = save_x ? cast<G>(xc) : detail::to_gemm<G, C>(xv).reshape({-1, in});
+    constexpr bool keep = detail::keeps_bf16<D, C>;
+    tensor<C, D> xc;  // [rows, in], saved
+    tensor<G, D> xg;
+    if constexpr (keep) {
+      xg = detail::compute_values<C>(x).view({-1, in});  // the previous op's bf16 values as they are
+      if (save_x) xc = xg;
+    } else {
+      const auto& xv = x.value();
+      if (save_x) xc = cast<C>(xv).view({-1, in});
+      xg = save_x ? cast<G>(xc) : detail::to_gemm<G, C>(xv).reshape({-1, in});
+    }
     tensor<C, D> wc = cast<C>(wv);  // saved for backward
     const tensor<G, D> wg = cast<G>(wc);
-    shape os(xv.sizes().begin(), xv.sizes().end() - 1);
+    shape os(xs.begin(), xs.end() - 1);
     os.push_back(out_f);
     auto out = tensor<G, D>::empty({xg.size(0), out_f});
     if (bias.defined()) {
@@ -205,12 +296,8 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
     } else {
       mm_into(out, xg, wg.t(), 1.0, 0.0);
     }
-    auto y = detail::from_gemm<T, C>(out).view(os);
-    ops::linear<C, T, D> op{xc, std::move(wc), xv.sizes(), bias.defined()};
-    auto r = bias.defined() ? autograd::record(std::move(op), std::move(y), x, weight, bias)
-                            : autograd::record(std::move(op), std::move(y), x, weight);
-    r.set_precision(autograd::precision_of<C>);  // its values are C values (value_precision)
-    return r;
+    ops::linear<C, T, D> op{xc, std::move(wc), x.sizes(), bias.defined()};
+    return detail::record_result<T, C>(std::move(op), out.view(os), x, weight, bias);
   }
 }
 
@@ -253,14 +340,15 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
     using C = typename P::compute_type;
     using G = detail::gemm_t<D, C>;
     const bool unbatched = x.dim() == 3;
-    const tensor<T, D> xv = unbatched ? x.value().unsqueeze(0) : x.value();
-    const auto geo = autograd::detail::conv2d_geometry_of(xv.sizes(), weight.sizes(), o);
+    shape xs = x.sizes();
+    if (unbatched) xs.insert(xs.begin(), 1);
+    const auto geo = autograd::detail::conv2d_geometry_of(xs, weight.sizes(), o);
     if (bias.defined())
       TRAINKIT_CHECK(bias.dim() == 1 && bias.size(0) == weight.size(0), shape_error, "conv2d",
                      "bias of sizes " << trainkit::to_string(bias.sizes()) << " does not match weight sizes "
                                       << trainkit::to_string(weight.sizes()) << " (expected ["
                                       << weight.size(0) << "])");
-    const tensor<C, D> xc = cast<C>(xv);  // dense
+    const tensor<C, D> xc = detail::compute_values<C>(x).view(xs);  // dense, saved
     const tensor<T, D> wv = weight.value().contiguous();
     const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
     tensor<C, D> wc = cast<C>(wv);  // saved for backward
@@ -269,13 +357,8 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
     if (yg.numel() > 0)
       backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
                                        bg.defined() ? bg.data() : nullptr, yg.data());
-    auto y = detail::from_gemm<T, C>(yg);
-    if (unbatched) y = y.squeeze(0);
     ops::conv2d<C, T, D> op{xc, std::move(wc), x.sizes(), geo, o.groups, bias.defined()};
-    auto r = bias.defined() ? autograd::record(std::move(op), std::move(y), x, weight, bias)
-                            : autograd::record(std::move(op), std::move(y), x, weight);
-    r.set_precision(autograd::precision_of<C>);  // its values are C values (value_precision)
-    return r;
+    return detail::record_result<T, C>(std::move(op), unbatched ? yg.squeeze(0) : yg, x, weight, bias);
   }
 }
 

@@ -53,27 +53,29 @@ void backward(const var<T, D>& root, tensor<T, D> grad = {}, bool retain_graph =
     bool operator()(const node_ptr& a, const node_ptr& b) const { return a->sequence < b->sequence; }
   };
   std::priority_queue<node_ptr, std::vector<node_ptr>, later_first> ready;
-  std::unordered_map<node<T, D>*, tensor<T, D>> buffer;
-  buffer[start.get()] = std::move(grad);
+  // Gradients wait here until their node runs; a gradient of bfloat16 values stays bf16 while it
+  // arrives along one path (grad_flow), two paths are summed in T.
+  std::unordered_map<node<T, D>*, grad_flow<T, D>> buffer;
+  buffer[start.get()] = grad_flow<T, D>(std::move(grad));
   ready.push(start);
 
   while (!ready.empty()) {
     node_ptr n = ready.top();
     ready.pop();
-    tensor<T, D> g;
+    grad_flow<T, D> g;
     if (auto it = buffer.find(n.get()); it != buffer.end()) {
       g = std::move(it->second);
       buffer.erase(it);
     }
-    std::vector<tensor<T, D>> in_grads;
+    std::vector<grad_flow<T, D>> in_grads;
     if (g.defined()) {
       if (auto out = n->retained_output.lock()) {
         if (out->grad.defined())
-          add_(out->grad, g);
+          add_(out->grad, g.widened());
         else
-          out->grad = g.clone();
+          out->grad = g.widened().clone();
       }
-      in_grads = n->apply(std::move(g));
+      in_grads = n->apply_flow(std::move(g));
     }
     if (!retain_graph) n->release();
     for (std::size_t i = 0; i < n->next.size(); ++i) {
@@ -84,7 +86,7 @@ void backward(const var<T, D>& root, tensor<T, D> grad = {}, bool retain_graph =
         if (!b.defined())
           b = std::move(in_grads[i]);
         else
-          b = b + in_grads[i];  // out of place: b may alias a tensor an op saved
+          b = grad_flow<T, D>(b.widened() + in_grads[i].widened());  // out of place: b may alias a saved tensor
       }
       if (--deps[nx.get()] == 0) ready.push(nx);
     }

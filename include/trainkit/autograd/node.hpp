@@ -8,8 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "trainkit/ops/elementwise.hpp"
+#include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/tensor.hpp"
+#include "trainkit/ops/elementwise.hpp"
 
 namespace trainkit::autograd {
 
@@ -23,6 +24,32 @@ struct var_impl;
 /// save what backward needs in 16 bits (autograd/saved.hpp): exactly, since the values are 16-bit
 /// values.
 enum class value_precision : std::uint8_t { full, bfloat16, half };
+
+/// A gradient on its way between nodes: fp32 (full), or bfloat16 (bf16) when it is the gradient
+/// of a var whose values are held in bfloat16 (var::value_bf16) - torch.autocast's bf16
+/// activations have bf16 gradients, and the 16-bit ops read and write them without a cast.
+/// Nodes that take only fp32 see the widened gradient (node::apply_flow's default).
+template <class T, class Device>
+struct grad_flow {
+  tensor<T, Device> full;
+  tensor<bfloat16, Device> bf16;
+
+  grad_flow() = default;
+  grad_flow(tensor<T, Device> f) : full(std::move(f)) {}  // NOLINT: an fp32 gradient
+  static grad_flow narrow(tensor<bfloat16, Device> b) {
+    grad_flow g;
+    g.bf16 = std::move(b);
+    return g;
+  }
+  bool defined() const noexcept { return full.defined() || bf16.defined(); }
+  bool is_narrow() const noexcept { return !full.defined() && bf16.defined(); }
+  const shape& sizes() const { return full.defined() ? full.sizes() : bf16.sizes(); }
+  /// The gradient as T (a widening copy when it is held in bfloat16).
+  tensor<T, Device> widened() const {
+    if (full.defined() || !bf16.defined()) return full;
+    return cast<T>(bf16);
+  }
+};
 
 namespace detail {
 inline std::uint64_t next_sequence_number() {
@@ -42,6 +69,12 @@ class node {
 
   virtual ~node() = default;
   virtual std::vector<tensor_type> apply(tensor_type grad) = 0;
+  /// apply() for a gradient that may be held in bfloat16; nodes whose op reads bf16 gradients
+  /// (autograd/function.hpp) override it, the others see it widened.
+  virtual std::vector<grad_flow<T, Device>> apply_flow(grad_flow<T, Device> grad) {
+    auto r = apply(grad.widened());
+    return std::vector<grad_flow<T, Device>>(std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
+  }
   virtual void release() {}
   virtual std::string_view name() const = 0;
 
@@ -64,10 +97,13 @@ using grad_hook = std::function<tensor<T, Device>(const tensor<T, Device>&)>;
 template <class T, class Device>
 using post_accumulate_hook = std::function<void(tensor<T, Device>& grad)>;
 
-/// Shared state of a var: its value, gradient, the node that made it and leaf hooks.
+/// Shared state of a var: its value, gradient, the node that made it and leaf hooks. An op of a
+/// bf16 precision scope may leave its result in value_bf16 only (the value that passes to the
+/// next 16-bit op as it is); value is then made from it at the first use that wants T.
 template <class T, class Device>
 struct var_impl {
   tensor<T, Device> value;
+  tensor<bfloat16, Device> value_bf16;
   tensor<T, Device> grad;
   value_precision precision = value_precision::full;
   std::shared_ptr<node<T, Device>> grad_fn;

@@ -7,6 +7,7 @@
 #include "trainkit/autograd/grad_mode.hpp"
 #include "trainkit/autograd/node.hpp"
 #include "trainkit/core/tensor.hpp"
+#include "trainkit/ops/elementwise.hpp"  // cast
 
 namespace trainkit::autograd {
 
@@ -34,11 +35,40 @@ class var {
     v.p_->grad_fn = std::move(fn);
     return v;
   }
+  /// A var whose values are held in bfloat16 only (a bf16 precision scope's result; value() makes
+  /// the T copy at its first use). fn: the op that made it, or null for a plain value.
+  static var from_bfloat16(tensor<bfloat16, Device> value, std::shared_ptr<node_type> fn = nullptr) {
+    var v;
+    v.p_ = std::make_shared<impl_type>();
+    v.p_->value_bf16 = std::move(value);
+    v.p_->precision = value_precision::bfloat16;
+    v.p_->requires_grad = fn != nullptr;
+    v.p_->grad_fn = std::move(fn);
+    return v;
+  }
 
   bool defined() const noexcept { return p_ != nullptr; }
-  const tensor_type& value() const { return impl().value; }
-  /// Mutable value, for in-place updates outside the graph (optimizers, initialisers).
-  tensor_type& value() { return impl().value; }
+  /// The values as T (made from the bfloat16 values, once, when only those are held).
+  const tensor_type& value() const {
+    auto& i = impl();
+    if (!i.value.defined() && i.value_bf16.defined()) i.value = cast<T>(i.value_bf16);
+    return i.value;
+  }
+  /// Mutable value, for in-place updates outside the graph (optimizers, initialisers); a var
+  /// held in bfloat16 becomes a plain T var.
+  tensor_type& value() {
+    auto& i = impl();
+    if (i.value_bf16.defined()) {
+      if (!i.value.defined()) i.value = cast<T>(i.value_bf16);
+      i.value_bf16 = tensor<bfloat16, Device>();
+    }
+    return i.value;
+  }
+  /// The values in bfloat16 when an op left them so (undefined otherwise): what the 16-bit ops
+  /// read without a cast.
+  const tensor<bfloat16, Device>& value_bf16() const { return impl().value_bf16; }
+  /// Whether the values are held in bfloat16 (and only made T on demand).
+  bool holds_bf16() const noexcept { return p_ && p_->value_bf16.defined(); }
 
   const tensor_type& grad() const { return impl().grad; }
   tensor_type& grad() { return impl().grad; }
@@ -63,8 +93,15 @@ class var {
   bool is_leaf() const { return impl().grad_fn == nullptr; }
   const std::shared_ptr<node_type>& grad_fn() const { return impl().grad_fn; }
 
-  /// A new leaf sharing the value, cut from the graph.
-  var detach() const { return var(value(), false); }
+  /// A new leaf sharing the value (and the bfloat16 values and their tag), cut from the graph.
+  var detach() const {
+    var v;
+    v.p_ = std::make_shared<impl_type>();
+    v.p_->value = impl().value;
+    v.p_->value_bf16 = impl().value_bf16;
+    v.p_->precision = impl().precision;
+    return v;
+  }
 
   /// Keeps the gradient of this non-leaf in grad() after backward.
   void retain_grad() {
@@ -103,10 +140,20 @@ class var {
   /// Runs backpropagation from this var (see autograd/backward.hpp).
   void backward(const tensor_type& grad = tensor_type(), bool retain_graph = false) const;
 
-  const shape& sizes() const { return value().sizes(); }
-  std::size_t dim() const { return value().dim(); }
-  index_t size(index_t d) const { return value().size(d); }
-  index_t numel() const { return value().numel(); }
+  // Sizes without making the T copy of bfloat16-held values.
+  const shape& sizes() const {
+    auto& i = impl();
+    return i.value.defined() || !i.value_bf16.defined() ? i.value.sizes() : i.value_bf16.sizes();
+  }
+  std::size_t dim() const { return sizes().size(); }
+  index_t size(index_t d) const {
+    auto& i = impl();
+    return i.value.defined() || !i.value_bf16.defined() ? i.value.size(d) : i.value_bf16.size(d);
+  }
+  index_t numel() const {
+    auto& i = impl();
+    return i.value.defined() || !i.value_bf16.defined() ? i.value.numel() : i.value_bf16.numel();
+  }
   T item() const { return value().item(); }
 
   impl_type* get() const noexcept { return p_.get(); }

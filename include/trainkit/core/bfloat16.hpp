@@ -39,11 +39,13 @@ struct bfloat16 {
 
  private:
   // The usual add-and-truncate: adding 0x7fff plus the lowest kept bit rounds to nearest even,
-  // and a carry out of the largest finite value lands exactly on infinity's bits.
+  // and a carry out of the largest finite value lands exactly on infinity's bits. A NaN keeps its
+  // sign and top payload, made quiet. Both results computed, one selected: loops that round
+  // vectorise (with an early return they stayed scalar: batch norm's bf16 output).
   TRAINKIT_HD static constexpr std::uint16_t round_from_float(float f) noexcept {
     const std::uint32_t u = detail::bit_cast<std::uint32_t>(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
-    return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    const std::uint32_t nan = (u >> 16) | 0x0040u, rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return static_cast<std::uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
   }
 
 

@@ -23,6 +23,23 @@ struct add {
     if (needs[1]) r[1] = alpha == 1.0 ? sum_to(g, b) : sum_to(g * alpha, b);
     return r;
   }
+  /// A bf16 gradient of a plain sum (no broadcast, alpha 1) goes on to both inputs as it is.
+  std::array<grad_flow<T, D>, 2> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const {
+    if (g.is_narrow() && alpha == 1.0 && g.sizes() == a && g.sizes() == b) {
+      std::array<grad_flow<T, D>, 2> r;
+      if (needs[0]) r[0] = g;
+      if (needs[1]) r[1] = g;
+      return r;
+    }
+    auto t = backward(g.widened(), needs);
+    return {grad_flow<T, D>(std::move(t[0])), grad_flow<T, D>(std::move(t[1]))};
+  }
+};
+/// x + y of two bfloat16 values, rounded once (their float sum is exact before the rounding).
+struct add_bfloat16 {
+  TRAINKIT_HD void operator()(bfloat16& out, const bfloat16& x, const bfloat16& y) const {
+    out = bfloat16(float(x) + float(y));
+  }
 };
 template <class T, class D>
 struct mul {
@@ -91,6 +108,13 @@ struct pow_tensor {
 /// rounded sum, as two bf16/fp16 tensors do in PyTorch (a residual connection under autocast).
 template <class T, class D>
 var<T, D> add(const var<T, D>& x, const var<T, D>& y, double alpha = 1.0) {
+  if (x.holds_bf16() && y.holds_bf16() && alpha == 1.0 && x.sizes() == y.sizes()) {  // both held in bf16
+    const auto &xb = x.value_bf16(), &yb = y.value_bf16();
+    auto out = tensor<bfloat16, D>::empty(xb.sizes());
+    backend::elementwise<D>::for_each(xb.sizes(), {out.strides(), xb.strides(), yb.strides()}, ops::add_bfloat16{},
+                                      out.data(), xb.data(), yb.data());
+    return record_bf16(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
+  }
   auto out = alpha == 1.0 ? trainkit::add(x.value(), y.value())
                           : map(::trainkit::functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
   const value_precision p = x.precision() == y.precision() ? x.precision() : value_precision::full;

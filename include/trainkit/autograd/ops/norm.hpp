@@ -42,6 +42,56 @@ struct batch_norm {
   }
 };
 
+/// batch_norm of a var held in bfloat16 (CPU): the input saved as it is (the result of the op
+/// before: no copy), the gradient read and the input's gradient written in bf16 when the gradient
+/// arrives in bf16; statistics and parameter gradients in float/double as always.
+template <class T, class D>
+struct batch_norm_bf16 {
+  static constexpr std::string_view name = "batch_norm";
+  using stat_t = accumulate_t<T>;
+  tensor<bfloat16, D> x;  // dense
+  tensor<T, D> weight;    // undefined when affine = false
+  tensor<stat_t, D> save_mean, save_invstd;
+  shape x_sizes;
+  index_t n = 0, c = 0, s = 0;
+  bool training = true;
+  int w_slot = -1, b_slot = -1;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
+    auto f = run(grad.contiguous(), needs);
+    std::vector<tensor<T, D>> r(f.size());
+    for (std::size_t i = 0; i < f.size(); ++i) r[i] = std::move(f[i].full);
+    return r;
+  }
+  std::vector<grad_flow<T, D>> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const {
+    return g.is_narrow() ? run(g.bf16.contiguous(), needs) : run(g.full.contiguous(), needs);
+  }
+
+ private:
+  template <class G>
+  std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs) const {
+    std::vector<grad_flow<T, D>> r(needs.size());
+    tensor<G, D> dx;
+    tensor<T, D> dw, db;
+    if (needs[0]) dx = tensor<G, D>::empty(x.sizes());
+    if (w_slot >= 0 && needs[std::size_t(w_slot)]) dw = tensor<T, D>::empty({c});
+    if (b_slot >= 0 && needs[std::size_t(b_slot)]) db = tensor<T, D>::empty({c});
+    backend::norm<D>::batch_norm_backward(g.data(), x.data(), n, c, s,
+                                          ::trainkit::autograd::detail::data_or_null(weight), save_mean.data(),
+                                          save_invstd.data(), training, dx.defined() ? dx.data() : nullptr,
+                                          dw.defined() ? dw.data() : nullptr, db.defined() ? db.data() : nullptr);
+    if (dx.defined()) {
+      if constexpr (std::is_same_v<G, bfloat16>)
+        r[0] = grad_flow<T, D>::narrow(dx.view(x_sizes));
+      else
+        r[0] = grad_flow<T, D>(dx.view(x_sizes));
+    }
+    if (dw.defined()) r[std::size_t(w_slot)] = grad_flow<T, D>(std::move(dw));
+    if (db.defined()) r[std::size_t(b_slot)] = grad_flow<T, D>(std::move(db));
+    return r;
+  }
+};
+
 template <class T, class D>
 struct layer_norm {
   static constexpr std::string_view name = "layer_norm";
@@ -99,33 +149,49 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
     TRAINKIT_CHECK(n * s > 1, value_error, "batch_norm",
                    "expected more than 1 value per channel when training, got input sizes " << to_string(x.sizes()));
 
-  const tensor<T, D> xv = x.value().contiguous();
   const tensor<T, D> wv = weight.defined() ? weight.value().contiguous() : tensor<T, D>();
   const tensor<T, D> bv = bias.defined() ? bias.value().contiguous() : tensor<T, D>();
-  auto y = tensor<T, D>::empty(xv.sizes());
   auto save_mean = tensor<stat_t, D>::empty({c}), save_invstd = tensor<stat_t, D>::empty({c});
-  if (use_batch) {
-    // The kernel updates the running statistics in place: give it dense buffers and copy back
-    // when the caller's tensors are views.
-    tensor<T, D> rm, rv;
-    if (training && running_mean.defined()) {
-      rm = running_mean.contiguous();
-      rv = running_var.contiguous();
+  // y for a dense input xv of X elements (T, or bfloat16 with float parameters).
+  auto normalise = [&]<class X>(const tensor<X, D>& xv) {
+    auto y = tensor<X, D>::empty(xv.sizes());
+    if (use_batch) {
+      // The kernel updates the running statistics in place: give it dense buffers and copy back
+      // when the caller's tensors are views.
+      tensor<T, D> rm, rv;
+      if (training && running_mean.defined()) {
+        rm = running_mean.contiguous();
+        rv = running_var.contiguous();
+      }
+      backend::norm<D>::batch_norm_train(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
+                                         eps, momentum, rm.defined() ? rm.data() : nullptr,
+                                         rv.defined() ? rv.data() : nullptr, y.data(), save_mean.data(),
+                                         save_invstd.data());
+      if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
+      if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
+    } else {
+      const tensor<T, D> rm = running_mean.contiguous(), rv = running_var.contiguous();
+      backend::norm<D>::batch_norm_eval(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
+                                        rm.data(), rv.data(), eps, y.data(), save_mean.data(), save_invstd.data());
     }
-    backend::norm<D>::batch_norm_train(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv), eps,
-                                       momentum, rm.defined() ? rm.data() : nullptr,
-                                       rv.defined() ? rv.data() : nullptr, y.data(), save_mean.data(),
-                                       save_invstd.data());
-    if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
-    if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
-  } else {
-    const tensor<T, D> rm = running_mean.contiguous(), rv = running_var.contiguous();
-    backend::norm<D>::batch_norm_eval(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
-                                      rm.data(), rv.data(), eps, y.data(), save_mean.data(), save_invstd.data());
-  }
+    return y;
+  };
   detail::optional_inputs<T, D> in;
   in.add(x);
   const int ws = in.add(weight), bs = in.add(bias);
+  if constexpr (std::is_same_v<D, cpu> && std::is_same_v<T, float>) {
+    // Held in bfloat16 (the convolution before it ran in a bf16 scope): read and written in bf16,
+    // as PyTorch's batch norm takes and returns a bf16 tensor.
+    if (x.holds_bf16()) {
+      const tensor<bfloat16, D> xb = x.value_bf16().contiguous();
+      auto y = normalise(xb);
+      return record_bf16(ops::batch_norm_bf16<T, D>{xb, wv, save_mean, save_invstd, x.sizes(), n, c, s, use_batch,
+                                                    ws, bs},
+                         std::move(y), in.list);
+    }
+  }
+  const tensor<T, D> xv = x.value().contiguous();
+  auto y = normalise(xv);
   // 16-bit input values (a precision scope's convolution): the output is rounded to them, as
   // PyTorch's batch norm returns a bf16/fp16 tensor for one, and the input is saved in 16 bits.
   const value_precision p = x.precision();

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <string_view>
+#include <utility>
 
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/pool.hpp"
@@ -58,10 +59,23 @@ struct max_pool2d {
   backend::pool2d_geometry g;
   index_t planes = 0;
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
-    const tensor<T, D> gy = grad.contiguous();
-    auto gx = tensor<T, D>::empty(x_sizes);
+    return {scatter(grad.contiguous())};
+  }
+  /// A bf16 gradient stays bf16 where no two windows overlap (each input gets at most one value:
+  /// exact); with overlaps the sums are made in T.
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& grad, const std::vector<bool>& needs) const {
+    if constexpr (std::is_same_v<D, cpu>)
+      if (grad.is_narrow() && g.stride_h >= g.kernel_h && g.stride_w >= g.kernel_w)
+        return {grad_flow<T, D>::narrow(scatter(grad.bf16.contiguous()))};
+    return {grad_flow<T, D>(backward(grad.widened(), needs)[0])};
+  }
+
+ private:
+  template <class G>
+  tensor<G, D> scatter(const tensor<G, D>& gy) const {
+    auto gx = tensor<G, D>::empty(x_sizes);
     backend::pool<D>::max_backward(g, planes, gy.data(), argmax.data(), gx.data());
-    return {gx};
+    return gx;
   }
 };
 template <class T, class D>
@@ -81,18 +95,30 @@ struct avg_pool2d {
 
 /// torch.nn.functional.max_pool2d (dilation 1, floor mode): x [N, C, H, W] or [C, H, W].
 /// Padding never wins a window; a NaN does. Saves the argmax of every window for backward.
+/// A var held in bfloat16 gives one held in bfloat16 (CPU).
 template <class T, class D>
 var<T, D> max_pool2d(const var<T, D>& x, pool2d_options o = {}) {
-  const tensor<T, D> xv = (x.dim() == 3 ? x.value().unsqueeze(0) : x.value()).contiguous();
-  const auto g = detail::pool2d_geometry_of(xv.sizes(), o, "max_pool2d");
-  const index_t planes = xv.size(0) * xv.size(1);
-  shape os = x.sizes();
-  os[os.size() - 2] = g.out_h;
-  os[os.size() - 1] = g.out_w;
-  auto y = tensor<T, D>::empty(os);
-  auto idx = tensor<std::int64_t, D>::empty(os);
-  backend::pool<D>::max_forward(g, planes, xv.data(), y.data(), idx.data());
-  auto out = record(ops::max_pool2d<T, D>{std::move(idx), x.sizes(), g, planes}, std::move(y), x);
+  // y and the argmax for x's values as they are held (X: T, or bfloat16).
+  auto pool = [&]<class X>(const tensor<X, D>& held) {
+    const tensor<X, D> xv = (x.dim() == 3 ? held.unsqueeze(0) : held).contiguous();
+    const auto g = detail::pool2d_geometry_of(xv.sizes(), o, "max_pool2d");
+    const index_t planes = xv.size(0) * xv.size(1);
+    shape os = x.sizes();
+    os[os.size() - 2] = g.out_h;
+    os[os.size() - 1] = g.out_w;
+    auto y = tensor<X, D>::empty(os);
+    auto idx = tensor<std::int64_t, D>::empty(os);
+    backend::pool<D>::max_forward(g, planes, xv.data(), y.data(), idx.data());
+    return std::make_pair(std::move(y), ops::max_pool2d<T, D>{std::move(idx), x.sizes(), g, planes});
+  };
+  if constexpr (std::is_same_v<D, cpu>) {
+    if (x.holds_bf16()) {
+      auto [y, op] = pool(x.value_bf16());
+      return record_bf16(std::move(op), std::move(y), x);
+    }
+  }
+  auto [y, op] = pool(x.value());
+  auto out = record(std::move(op), std::move(y), x);
   out.set_precision(x.precision());  // its values are some of x's
   return out;
 }

@@ -21,6 +21,10 @@ struct reshape {
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
     return {g.reshape(in)};
   }
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>&) const {
+    if (g.is_narrow()) return {grad_flow<T, D>::narrow(g.bf16.reshape(in))};
+    return {grad_flow<T, D>(g.full.reshape(in))};
+  }
 };
 template <class T, class D>
 struct permute {
@@ -67,25 +71,37 @@ struct concat {
 };
 }  // namespace ops
 
+namespace detail {
+/// f (a reshape of a tensor) applied to x's values as they are held - in bfloat16 when x holds
+/// them so - keeping their value_precision.
+template <class T, class D, class F>
+var<T, D> reshaped(const var<T, D>& x, F f) {
+  if (x.holds_bf16()) return record_bf16(ops::reshape<T, D>{x.sizes()}, f(x.value_bf16()), x);
+  auto r = record(ops::reshape<T, D>{x.sizes()}, f(x.value()), x);
+  r.set_precision(x.precision());
+  return r;
+}
+}  // namespace detail
+
 template <class T, class D>
 var<T, D> reshape(const var<T, D>& x, shape s) {
-  return record(ops::reshape<T, D>{x.sizes()}, x.value().reshape(std::move(s)), x);
+  return detail::reshaped(x, [&](const auto& t) { return t.reshape(s); });
 }
 template <class T, class D>
 var<T, D> view(const var<T, D>& x, shape s) {
-  return record(ops::reshape<T, D>{x.sizes()}, x.value().view(std::move(s)), x);
+  return detail::reshaped(x, [&](const auto& t) { return t.view(s); });
 }
 template <class T, class D>
 var<T, D> flatten(const var<T, D>& x, index_t start = 0, index_t end = -1) {
-  return record(ops::reshape<T, D>{x.sizes()}, x.value().flatten(start, end), x);
+  return detail::reshaped(x, [&](const auto& t) { return t.flatten(start, end); });
 }
 template <class T, class D>
 var<T, D> unsqueeze(const var<T, D>& x, index_t d) {
-  return record(ops::reshape<T, D>{x.sizes()}, x.value().unsqueeze(d), x);
+  return detail::reshaped(x, [&](const auto& t) { return t.unsqueeze(d); });
 }
 template <class T, class D>
 var<T, D> squeeze(const var<T, D>& x, index_t d) {
-  return record(ops::reshape<T, D>{x.sizes()}, x.value().squeeze(d), x);
+  return detail::reshaped(x, [&](const auto& t) { return t.squeeze(d); });
 }
 template <class T, class D>
 var<T, D> permute(const var<T, D>& x, const std::vector<index_t>& order) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <string_view>
 #include <type_traits>
 
@@ -78,9 +79,57 @@ struct relu_keeping_bfloat16 {
 };
 }  // namespace ops
 
-/// relu keeps 16-bit values 16-bit (value_precision) and then saves its input in 16 bits.
+namespace ops {
+/// All ones where a bfloat16 is > 0 (and not NaN), else zero - on its bits: b - 1 as an unsigned
+/// 16-bit integer is below 0x7f80 exactly for +denormals..+inf (0 wraps, negatives and NaNs lie
+/// above). A mask, not a branch: the loops vectorise, and relu's data would mispredict branches.
+TRAINKIT_HD inline std::uint16_t positive_mask(std::uint16_t b) {
+  return static_cast<std::uint16_t>(-static_cast<int>(static_cast<std::uint16_t>(b - 1u) < 0x7f80u));
+}
+/// relu on bfloat16 values, bf16 in and out (relu(NaN) = 0, as relu's `x > 0 ? x : 0`).
+struct relu_bfloat16 {
+  TRAINKIT_HD void operator()(bfloat16& y, const bfloat16& x) const {
+    y = bfloat16::from_bits(static_cast<std::uint16_t>(x.bits() & positive_mask(x.bits())));
+  }
+};
+/// relu's gradient from its bf16 output: g where y > 0 (y > 0 exactly where x > 0).
+struct relu_backward_bfloat16 {
+  TRAINKIT_HD void operator()(bfloat16& dx, const bfloat16& g, const bfloat16& y) const {
+    dx = bfloat16::from_bits(static_cast<std::uint16_t>(g.bits() & positive_mask(y.bits())));
+  }
+};
+
+/// relu of a var held in bfloat16: saves its bf16 output (the result's own storage, no copy).
+/// Its gradient stays bf16 when it arrives in bf16.
+template <class T, class D>
+struct relu_kept_bf16 {
+  static constexpr std::string_view name = relu_name;
+  tensor<bfloat16, D> y;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
+    return {saved_tensor<T, D>::of_bfloat16(y).map_with(::trainkit::functors::relu_backward{}, g)};
+  }
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const {
+    if (!g.is_narrow()) return {grad_flow<T, D>(backward(g.full, needs)[0])};
+    const auto gb = g.bf16.contiguous();
+    auto dx = tensor<bfloat16, D>::empty(y.sizes());
+    backend::elementwise<D>::for_each(y.sizes(), {dx.strides(), gb.strides(), y.strides()}, relu_backward_bfloat16{},
+                                      dx.data(), gb.data(), y.data());
+    return {grad_flow<T, D>::narrow(std::move(dx))};
+  }
+};
+}  // namespace ops
+
+/// relu keeps 16-bit values 16-bit (value_precision) and then saves its input in 16 bits; a var
+/// held in bfloat16 gives one held in bfloat16 (no T copy made).
 template <class T, class D>
 var<T, D> relu(const var<T, D>& x) {
+  if (x.holds_bf16()) {
+    const auto& xb = x.value_bf16();
+    auto y = tensor<bfloat16, D>::empty(xb.sizes());
+    backend::elementwise<D>::for_each(xb.sizes(), {y.strides(), xb.strides()}, ops::relu_bfloat16{}, y.data(),
+                                      xb.data());
+    return record_bf16(ops::relu_kept_bf16<T, D>{y}, y, x);
+  }
   if constexpr (std::is_same_v<T, float>) {
     if (x.precision() == value_precision::bfloat16 && x.requires_grad() && is_grad_enabled()) {
       const tensor<T, D>& xv = x.value();

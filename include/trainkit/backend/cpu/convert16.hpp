@@ -16,6 +16,7 @@
 
 #include "trainkit/core/assign.hpp"   // cast_fn, assign_fn
 #include "trainkit/core/functors.hpp"  // functors::round_to
+#include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/half.hpp"
 #include "trainkit/core/shape.hpp"  // index_t
 
@@ -25,6 +26,9 @@
 #include <immintrin.h>
 #else
 #define TRAINKIT_CPU_F16C_DISPATCH 0
+#endif
+#if defined(__SSE2__) && !defined(__CUDACC__)
+#include <emmintrin.h>  // the bfloat16 rounding
 #endif
 
 namespace trainkit::backend::cpu_convert {
@@ -80,11 +84,48 @@ __attribute__((target("avx,f16c"))) inline void round_f32_f16_f16c(const float* 
 }
 #endif
 
+#if defined(__SSE2__) && !defined(__CUDACC__)
+/// float -> bfloat16 by bfloat16's own rule (round to nearest even, a NaN quieted with its sign
+/// and top payload), 8 at a time with SSE2 - the compiler leaves the scalar rule unvectorised,
+/// having no 32 -> 16-bit narrowing before SSE4.1: here each result is sign-extended from its
+/// 16 bits, which a signed saturating pack then keeps exactly.
+inline void f32_to_bf16_sse2(const float* in, std::uint16_t* out, index_t n) {
+  index_t i = 0;
+  const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff), quiet = _mm_set1_epi32(0x40);
+  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
+  const auto round4 = [&](const float* p) {
+    const __m128i u = _mm_castps_si128(_mm_loadu_ps(p));
+    const __m128i top = _mm_srli_epi32(u, 16);
+    const __m128i rounded = _mm_srli_epi32(_mm_add_epi32(u, _mm_add_epi32(bias, _mm_and_si128(top, one))), 16);
+    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, magnitude), inf);
+    const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(top, quiet)), _mm_andnot_si128(nan, rounded));
+    return _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);
+  };
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi32(round4(in + i), round4(in + i + 4)));
+  for (; i < n; ++i) out[i] = bfloat16(in[i]).bits();
+}
+#define TRAINKIT_CPU_SSE2_BF16 1
+#else
+#define TRAINKIT_CPU_SSE2_BF16 0
+#endif
+
+/// out[0, n) = in[0, n) rounded to bfloat16 (8 at a time where SSE2 is there).
+inline void round_to_bfloat16(const float* in, bfloat16* out, index_t n) {
+#if TRAINKIT_CPU_SSE2_BF16
+  f32_to_bf16_sse2(in, reinterpret_cast<std::uint16_t*>(out), n);
+#else
+  for (index_t i = 0; i < n; ++i) out[i] = bfloat16(in[i]);
+#endif
+}
+
 /// The element loop f over n contiguous values has a bulk form here (a float/half conversion).
 template <class F, class... P>
 inline constexpr bool has_bulk = false;
 template <>
 inline constexpr bool has_bulk<trainkit::detail::cast_fn<half, float>, half, const float> = true;
+template <>
+inline constexpr bool has_bulk<trainkit::detail::cast_fn<bfloat16, float>, bfloat16, const float> = true;
 template <>
 inline constexpr bool has_bulk<trainkit::detail::cast_fn<float, half>, float, const half> = true;
 template <>
@@ -94,18 +135,22 @@ inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::round_to<ha
 /// Runs f over out[0, n), in[0, n) in bulk where the CPU allows, else element by element.
 template <class F, class Out, class In>
 void run_bulk(F& f, index_t n, Out* out, In* in) {
+  if constexpr (std::is_same_v<Out, bfloat16>) {
+    round_to_bfloat16(in, out, n);
+  } else {
 #if TRAINKIT_CPU_F16C_DISPATCH
-  if (has_f16c()) {
-    if constexpr (std::is_same_v<Out, half>)
-      f32_to_f16_f16c(in, reinterpret_cast<std::uint16_t*>(out), n);
-    else if constexpr (std::is_same_v<In, const half>)
-      f16_to_f32_f16c(reinterpret_cast<const std::uint16_t*>(in), out, n);
-    else
-      round_f32_f16_f16c(in, out, n);
-    return;
-  }
+    if (has_f16c()) {
+      if constexpr (std::is_same_v<Out, half>)
+        f32_to_f16_f16c(in, reinterpret_cast<std::uint16_t*>(out), n);
+      else if constexpr (std::is_same_v<In, const half>)
+        f16_to_f32_f16c(reinterpret_cast<const std::uint16_t*>(in), out, n);
+      else
+        round_f32_f16_f16c(in, out, n);
+      return;
+    }
 #endif
-  for (index_t i = 0; i < n; ++i) f(out[i], in[i]);
+    for (index_t i = 0; i < n; ++i) f(out[i], in[i]);
+  }
 }
 
 }  // namespace trainkit::backend::cpu_convert

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "trainkit/backend/cpu/convert16.hpp"  // round_to_bfloat16
 #include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_batch_norm_*, cpu_conv_route
 #include "trainkit/backend/cpu/parallel_for.hpp"
 #include "trainkit/backend/norm.hpp"
@@ -23,14 +24,18 @@ namespace trainkit::backend {
 template <>
 struct norm<cpu> {
   // ---- batch norm ------------------------------------------------------------------------------
-  template <class T, class S>
-  static void batch_norm_train(const T* x, index_t n, index_t c, index_t s, const T* weight, const T* bias,
-                               double eps, double momentum, T* running_mean, T* running_var, T* y, S* save_mean,
+  // The batch-norm kernels take the activations (x, y, g, dx) in X / G and the parameters and
+  // running statistics in W: both T for a plain graph; bfloat16 activations with float
+  // parameters under a bf16 precision scope (the statistics, as always, in float and double).
+  template <class X, class W, class S>
+  static void batch_norm_train(const X* x, index_t n, index_t c, index_t s, const W* weight, const W* bias,
+                               double eps, double momentum, W* running_mean, W* running_var, X* y, S* save_mean,
                                S* save_invstd) {
 #if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() && onednn_batch_norm_train(x, n, c, s, weight, bias, eps, momentum, running_mean,
-                                                               running_var, y, save_mean, save_invstd))
-      return;
+    if constexpr (std::is_same_v<X, W>)
+      if (detail::use_onednn_cnn<X>() && onednn_batch_norm_train(x, n, c, s, weight, bias, eps, momentum,
+                                                                 running_mean, running_var, y, save_mean, save_invstd))
+        return;
 #endif
     const index_t m = n * s;
     detail::parallel_for(c, m * 2, [&](index_t ch) {
@@ -38,12 +43,12 @@ struct norm<cpu> {
       // does not cancel catastrophically when |mean| >> std.
       // Each image's plane is summed in the compute type (vectorised: float lanes), the planes in
       // double: in double throughout it ran 2 lanes wide and was a sixth of a CNN step.
-      using C = compute_t<T>;
+      using C = compute_t<W>;
       const C kc = m ? C(x[ch * s]) : C(0);
       const double k = double(kc);
       double sum = 0, sq = 0;
       for (index_t i = 0; i < n; ++i) {
-        const T* p = x + (i * c + ch) * s;
+        const X* p = x + (i * c + ch) * s;
         C ps = 0, pq = 0;
 #if TRAINKIT_HAS_OPENMP
 #pragma omp simd reduction(+ : ps, pq)
@@ -62,23 +67,24 @@ struct norm<cpu> {
       const double invstd = 1.0 / std::sqrt(var + eps);
       save_mean[ch] = S(mean);
       save_invstd[ch] = S(invstd);
-      if (running_mean) running_mean[ch] = T((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
+      if (running_mean) running_mean[ch] = W((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
       if (running_var) {
         const double unbiased = m > 1 ? sq / double(m - 1) : std::numeric_limits<double>::quiet_NaN();
-        running_var[ch] = T((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
+        running_var[ch] = W((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
       }
       affine_channel(x, n, c, s, ch, weight, bias, mean, invstd, y);
     });
   }
 
-  template <class T, class S>
-  static void batch_norm_eval(const T* x, index_t n, index_t c, index_t s, const T* weight, const T* bias,
-                              const T* running_mean, const T* running_var, double eps, T* y, S* save_mean,
+  template <class X, class W, class S>
+  static void batch_norm_eval(const X* x, index_t n, index_t c, index_t s, const W* weight, const W* bias,
+                              const W* running_mean, const W* running_var, double eps, X* y, S* save_mean,
                               S* save_invstd) {
 #if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() &&
-        onednn_batch_norm_eval(x, n, c, s, weight, bias, running_mean, running_var, eps, y, save_mean, save_invstd))
-      return;
+    if constexpr (std::is_same_v<X, W>)
+      if (detail::use_onednn_cnn<X>() &&
+          onednn_batch_norm_eval(x, n, c, s, weight, bias, running_mean, running_var, eps, y, save_mean, save_invstd))
+        return;
 #endif
     for (index_t ch = 0; ch < c; ++ch) {
       save_mean[ch] = S(running_mean[ch]);
@@ -89,25 +95,26 @@ struct norm<cpu> {
     });
   }
 
-  template <class T, class S>
-  static void batch_norm_backward(const T* g, const T* x, index_t n, index_t c, index_t s, const T* weight,
-                                  const S* save_mean, const S* save_invstd, bool training, T* dx, T* dweight,
-                                  T* dbias) {
+  template <class G, class X, class W, class S>
+  static void batch_norm_backward(const G* g, const X* x, index_t n, index_t c, index_t s, const W* weight,
+                                  const S* save_mean, const S* save_invstd, bool training, G* dx, W* dweight,
+                                  W* dbias) {
 #if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() &&
-        onednn_batch_norm_backward(g, x, n, c, s, weight, save_mean, save_invstd, training, dx, dweight, dbias))
-      return;
+    if constexpr (std::is_same_v<G, X> && std::is_same_v<X, W>)
+      if (detail::use_onednn_cnn<X>() &&
+          onednn_batch_norm_backward(g, x, n, c, s, weight, save_mean, save_invstd, training, dx, dweight, dbias))
+        return;
 #endif
     const index_t m = n * s;
     detail::parallel_for(c, m * 3, [&](index_t ch) {
       const double mean = double(save_mean[ch]), invstd = double(save_invstd[ch]);
-      using C = compute_t<T>;
+      using C = compute_t<W>;
       const C cmean = C(mean);
       // Per plane in the compute type (vectorised), across planes in double, as in the forward.
       double sum_g = 0, sum_gx = 0;
       for (index_t i = 0; i < n; ++i) {
-        const T* gp = g + (i * c + ch) * s;
-        const T* xp = x + (i * c + ch) * s;
+        const G* gp = g + (i * c + ch) * s;
+        const X* xp = x + (i * c + ch) * s;
         C pg = 0, pgx = 0;
 #if TRAINKIT_HAS_OPENMP
 #pragma omp simd reduction(+ : pg, pgx)
@@ -120,8 +127,8 @@ struct norm<cpu> {
         sum_g += double(pg);
         sum_gx += double(pgx);
       }
-      if (dbias) dbias[ch] = T(sum_g);
-      if (dweight) dweight[ch] = T(sum_gx * invstd);
+      if (dbias) dbias[ch] = W(sum_g);
+      if (dweight) dweight[ch] = W(sum_gx * invstd);
       if (!dx) return;
       // dx = a * g + b * x + k: eval is a plain scale; training subtracts the gradient's mean
       // and its projection on x_hat (the batch statistics depend on x).
@@ -133,13 +140,9 @@ struct norm<cpu> {
       }
       const C ca = C(a), cb = C(b), ck = C(k);
       for (index_t i = 0; i < n; ++i) {
-        const T* gp = g + (i * c + ch) * s;
-        const T* xp = x + (i * c + ch) * s;
-        T* dp = dx + (i * c + ch) * s;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp simd
-#endif
-        for (index_t j = 0; j < s; ++j) dp[j] = T(ca * C(gp[j]) + cb * C(xp[j]) + ck);
+        const G* gp = g + (i * c + ch) * s;
+        const X* xp = x + (i * c + ch) * s;
+        store_row(dx + (i * c + ch) * s, s, [&](index_t j) { return ca * C(gp[j]) + cb * C(xp[j]) + ck; });
       }
     });
   }
@@ -244,21 +247,40 @@ struct norm<cpu> {
   }
 
  private:
+  /// q[j] = Y(v(j)) for j in [0, s). bfloat16 goes through a float block and the vector rounding
+  /// (cpu_convert::round_to_bfloat16): the compiler does not vectorise the rounding itself.
+  template <class Y, class V>
+  static void store_row(Y* q, index_t s, V v) {
+    if constexpr (std::is_same_v<Y, bfloat16>) {
+      constexpr index_t block = 256;
+      alignas(64) float tmp[block];
+      for (index_t j0 = 0; j0 < s; j0 += block) {
+        const index_t len = std::min(block, s - j0);
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+        for (index_t j = 0; j < len; ++j) tmp[j] = float(v(j0 + j));
+        cpu_convert::round_to_bfloat16(tmp, q + j0, len);
+      }
+    } else {
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+      for (index_t j = 0; j < s; ++j) q[j] = Y(v(j));
+    }
+  }
+
   /// y = (x - mean) * invstd * weight + bias over one channel of every sample.
-  template <class T>
-  static void affine_channel(const T* x, index_t n, index_t c, index_t s, index_t ch, const T* weight,
-                             const T* bias, double mean, double invstd, T* y) {
-    using C = compute_t<T>;
+  template <class X, class W>
+  static void affine_channel(const X* x, index_t n, index_t c, index_t s, index_t ch, const W* weight,
+                             const W* bias, double mean, double invstd, X* y) {
+    using C = compute_t<W>;
     const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
     const double shift = (bias ? double(bias[ch]) : 0.0) - mean * scale;
     const C cs = C(scale), ct = C(shift);
     for (index_t i = 0; i < n; ++i) {
-      const T* p = x + (i * c + ch) * s;
-      T* q = y + (i * c + ch) * s;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp simd
-#endif
-      for (index_t j = 0; j < s; ++j) q[j] = T(C(p[j]) * cs + ct);
+      const X* p = x + (i * c + ch) * s;
+      store_row(y + (i * c + ch) * s, s, [&](index_t j) { return C(p[j]) * cs + ct; });
     }
   }
 };

@@ -26,15 +26,22 @@ template <>
 struct pool<cpu> {
   template <class T>
   static void max_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y, std::int64_t* argmax) {
+    const bool window_2x2 =
+        g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0;
 #if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() && onednn_max_pool2d_forward(g, planes, x, y, argmax)) return;
+    // Not for bfloat16 2x2 windows under the automatic route: the vector loop below is one pass;
+    // oneDNN needs a finiteness pass before and an argmax pass after its own.
+    if (detail::use_onednn_cnn<T>() &&
+        !(std::is_same_v<T, bfloat16> && window_2x2 && get_cpu_conv_route() == cpu_conv_route::automatic) &&
+        onednn_max_pool2d_forward(g, planes, x, y, argmax))
+      return;
 #endif
     using C = compute_t<T>;
     // NaN wins and sticks (a later value is never > NaN), as in PyTorch. Written without branches
     // (selects): the comparisons depend on the data, and mispredicted branches made this loop a
     // fifth of a CNN step.
     const auto better = [](C v, C best) { return (v > best) | ((v != v) & (best == best)); };
-    if (g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0) {
+    if (window_2x2) {
       // The common 2x2 window, stride 2: the four values of each window in scan order.
       for_planes(g, planes, [&](index_t p) {
         const T* xp = x + p * g.height * g.width;
@@ -49,11 +56,20 @@ struct pool<cpu> {
           // Four windows per step with SSE2 compares and selects: the compiler turned the scalar
           // selects below back into branches, which mispredict on activations (half of them
           // zeros after a ReLU): 16 ms of a 69 ms CNN step on this loop, 3 ms on patterned data.
-          if constexpr (std::is_same_v<T, float>) {
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
             for (; ow + 4 <= g.out_w; ow += 4) {
               const index_t w = 2 * ow;
-              const __m128 r0a = _mm_loadu_ps(r0 + w), r0b = _mm_loadu_ps(r0 + w + 4);
-              const __m128 r1a = _mm_loadu_ps(r1 + w), r1b = _mm_loadu_ps(r1 + w + 4);
+              __m128 r0a, r0b, r1a, r1b;
+              if constexpr (std::is_same_v<T, float>) {
+                r0a = _mm_loadu_ps(r0 + w), r0b = _mm_loadu_ps(r0 + w + 4);
+                r1a = _mm_loadu_ps(r1 + w), r1b = _mm_loadu_ps(r1 + w + 4);
+              } else {  // 8 bfloat16 per row, widened exactly (each is the top half of its float)
+                const __m128i z = _mm_setzero_si128();
+                const __m128i v0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r0 + w));
+                const __m128i v1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r1 + w));
+                r0a = _mm_castsi128_ps(_mm_unpacklo_epi16(z, v0)), r0b = _mm_castsi128_ps(_mm_unpackhi_epi16(z, v0));
+                r1a = _mm_castsi128_ps(_mm_unpacklo_epi16(z, v1)), r1b = _mm_castsi128_ps(_mm_unpackhi_epi16(z, v1));
+              }
               __m128 best = _mm_shuffle_ps(r0a, r0b, _MM_SHUFFLE(2, 0, 2, 0));
               __m128i code = _mm_setzero_si128();
               const auto take_if_better = [&](__m128 v, int k) {
@@ -66,7 +82,12 @@ struct pool<cpu> {
               take_if_better(_mm_shuffle_ps(r0a, r0b, _MM_SHUFFLE(3, 1, 3, 1)), 1);
               take_if_better(_mm_shuffle_ps(r1a, r1b, _MM_SHUFFLE(2, 0, 2, 0)), 2);
               take_if_better(_mm_shuffle_ps(r1a, r1b, _MM_SHUFFLE(3, 1, 3, 1)), 3);
-              _mm_storeu_ps(yp + oh * g.out_w + ow, best);
+              if constexpr (std::is_same_v<T, float>) {
+                _mm_storeu_ps(yp + oh * g.out_w + ow, best);
+              } else {  // the winners are bfloat16 values: their top halves (sign-extended for the pack)
+                const __m128i top = _mm_srai_epi32(_mm_castps_si128(best), 16);
+                _mm_storel_epi64(reinterpret_cast<__m128i*>(yp + oh * g.out_w + ow), _mm_packs_epi32(top, top));
+              }
               alignas(16) std::int32_t k[4];
               _mm_store_si128(reinterpret_cast<__m128i*>(k), code);
               for (int j = 0; j < 4; ++j)
@@ -128,7 +149,7 @@ struct pool<cpu> {
     using C = compute_t<T>;
     for_planes(g, planes, [&](index_t p) {
       T* gp = gx + p * g.height * g.width;
-      std::fill(gp, gp + g.height * g.width, T(0));
+      std::fill(gp, gp + g.height * g.width, T(C(0)));
       const T* gyp = gy + p * g.out_h * g.out_w;
       const std::int64_t* ip = argmax + p * g.out_h * g.out_w;
       for (index_t k = 0; k < g.out_h * g.out_w; ++k) gp[ip[k]] = T(C(gp[ip[k]]) + C(gyp[k]));

@@ -1,0 +1,165 @@
+// Values held in bf16 between ops (var::value_bf16, grad_flow): a bf16 scope's convolution,
+// batch norm, relu, max pooling, reshape, residual add and linear pass bf16 tensors on, forward and
+// backward, with the numbers the fp32-held (value_precision-tagged) path gives; and the vector
+// kernels behind them agree bit for bit with the scalar rules.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "trainkit/trainkit.hpp"
+
+using namespace trainkit;
+using fvar = autograd::var<float>;
+using ftensor = tensor<float>;
+using bf16 = trainkit::bfloat16;  // (oneDNN's headers declare a bfloat16 of their own)
+
+namespace {
+
+ftensor random_float(const shape& s, std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(static_cast<std::size_t>(numel(s)));
+  for (auto& x : v) x = u(rng);
+  return ftensor::from_vector(v, s);
+}
+bool bit_equal(const ftensor& a, const ftensor& b) {
+  const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+ftensor rounded(const ftensor& t) { return cast<float>(cast<bf16>(t)); }
+
+// A small CNN with a residual add, run two ways in a bf16 scope: as it is (every op after the first
+// convolution passes bf16-held values and gradients on), and with each op's result turned into a
+// plain fp32 var tagged as bf16 values (the way values passed before they could be held in bf16:
+// a differentiable multiply by one, which makes the T copy).
+struct chain {
+  nn::conv2d<> c1, c2;
+  nn::batch_norm2d<> bn1, bn2;
+  nn::linear<> head;
+  bool tagged = false;
+  std::vector<bool> held;  // for each op's result: held in bf16
+  explicit chain(generator& gen)
+      : c1(2, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen),
+        c2(4, 4, 3, nn::conv2d_options{.padding = {1, 1}}, gen),
+        bn1(4),
+        bn2(4),
+        head(4 * 4 * 4, 3, true, gen) {}
+  fvar t(const fvar& v) {
+    held.push_back(v.holds_bf16());
+    if (!tagged) return v;
+    auto r = autograd::mul(v, fvar(ftensor::ones(v.sizes())));
+    r.set_precision(autograd::value_precision::bfloat16);
+    return r;
+  }
+  fvar operator()(const fvar& x) {
+    held.clear();
+    auto h = t(autograd::relu(t(bn1.forward(t(c1.forward(x))))));
+    auto r = t(autograd::relu(t(bn2.forward(t(c2.forward(h))))));
+    auto s = t(autograd::add(h, r));  // residual: two bf16 values
+    auto p = t(autograd::max_pool2d(s, autograd::pool2d_options{.kernel = {2, 2}, .stride = {2, 2}}));
+    return head.forward(t(autograd::flatten(p, 1)));
+  }
+  std::vector<fvar> parameters() {
+    std::vector<fvar> out;
+    for (auto* m : std::initializer_list<nn::module<float>*>{&c1, &c2, &bn1, &bn2, &head})
+      for (auto& p : m->parameters()) out.push_back(p);
+    return out;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("the vector float -> bf16 rounding equals bf16(float) bit for bit", "[amp][bf16]") {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::vector<float> v;
+  for (int i = 0; i < (1 << 20); ++i) {
+    const std::uint32_t u = bits(rng);
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    v.push_back(f);
+  }
+  // Ties, the carry into infinity, denormals, NaNs (quiet and signalling, both signs), infinities.
+  for (std::uint32_t u : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f7f8000u, 0x00000001u, 0x00008000u, 0x80018000u,
+                          0x7f800001u, 0xff800001u, 0x7fc00000u, 0xffffffffu, 0x7f800000u, 0xff800000u, 0u, 0x80000000u}) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    v.push_back(f);
+  }
+  const auto t = ftensor::from_vector(v, {index_t(v.size())});
+  const auto b = cast<bf16>(t).to_vector();  // the bulk path
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) bad += b[i].bits() != bf16(v[i]).bits();
+  REQUIRE(bad == 0);
+}
+
+TEST_CASE("relu on bf16 bits agrees with relu on their floats for all 65536 patterns", "[amp][bf16]") {
+  std::vector<bf16> x(65536), g(65536, bf16(1.5f));
+  for (std::uint32_t i = 0; i < 65536; ++i) x[i] = bf16::from_bits(std::uint16_t(i));
+  for (std::uint32_t i = 0; i < 65536; ++i) {
+    bf16 y, dx;
+    autograd::ops::relu_bfloat16{}(y, x[i]);
+    autograd::ops::relu_backward_bfloat16{}(dx, g[i], x[i]);
+    const float f = float(x[i]);
+    const float want = f > 0.0f ? f : 0.0f;
+    INFO("bits 0x" << std::hex << i);
+    if (std::isnan(f))
+      REQUIRE(y.bits() == 0);
+    else
+      REQUIRE(float(y) == want);
+    REQUIRE(float(dx) == (f > 0.0f ? 1.5f : 0.0f));
+  }
+}
+
+TEST_CASE("a bf16 scope passes bf16 values between ops, forward and backward, with the same numbers",
+          "[amp][bf16]") {
+  generator gen(5);
+  std::mt19937 rng(6);
+  const ftensor x0 = random_float({4, 2, 8, 8}, rng);
+  const ftensor target = random_float({4, 3}, rng);
+  auto run = [&](bool tagged) {
+    generator g2(5);
+    chain net(g2);  // the same weights both times
+    net.tagged = tagged;
+    fvar x(x0, true);
+    fvar out;
+    {
+      amp::autocast<amp::mixed_bf16> scope;
+      out = net(x);
+    }
+    autograd::mse_loss(out, fvar(target)).backward();
+    std::vector<ftensor> grads{x.grad()};
+    for (auto& p : net.parameters()) grads.push_back(p.grad());
+    return std::make_tuple(out.value().clone(), grads, net.held, net.bn1.running_mean().clone());
+  };
+  const auto [out_a, grads_a, held_a, rm_a] = run(false);
+  const auto [out_b, grads_b, held_b, rm_b] = run(true);
+#if TRAINKIT_HAS_ONEDNN  // bf16 GEMMs run natively: results stay bf16
+  for (std::size_t i = 0; i < held_a.size(); ++i) {
+    INFO("op result " << i);
+    REQUIRE(held_a[i]);
+  }
+#endif
+  REQUIRE(bit_equal(out_a, out_b));
+  REQUIRE(bit_equal(rm_a, rm_b));
+  REQUIRE(grads_a.size() == grads_b.size());
+  // x, c1 (w, b), c2 (w, b), bn1 (w, b), bn2 (w, b), head (w, b). Batch norm's weight gradient is
+  // a float sum over bf16 loads in one run and float loads in the other: the vectoriser may split
+  // the two loops into different partial sums, so it is checked to float rounding; the rest are
+  // the same numbers bit for bit.
+  for (std::size_t i = 0; i < grads_a.size(); ++i) {
+    INFO("gradient " << i);
+    REQUIRE(grads_a[i].defined());
+    if (i == 5 || i == 7) {
+      const auto a = grads_a[i].to_vector(), b = grads_b[i].to_vector();
+      for (std::size_t k = 0; k < a.size(); ++k) REQUIRE(a[k] == Approx(b[k]).epsilon(1e-5));
+    } else {
+      REQUIRE(bit_equal(grads_a[i], grads_b[i]));
+    }
+  }
+  REQUIRE(bit_equal(grads_a[0], rounded(grads_a[0])));  // the input's gradient: bf16 values
+}
