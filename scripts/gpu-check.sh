@@ -29,9 +29,10 @@
 #   2. DDP with NCCL: test_cuda_nccl_compile at world size 1, and two ranks sharing the GPU as
 #      threads (test_cuda_ddp / test_cuda_step_sync, thread_group on device buffers, where built) and
 #      as MPI processes (mpirun -np 2, where the pack carries Open MPI)
-#   3. bench_cuda_bandwidth and bench_cuda_train_step (the strict-fp32 - TF32 off - vs bf16 step of
-#      the 4 x 4096 MLP, and the CNN), then benchmarks/compare_pytorch_cuda.py: the same work in
-#      PyTorch eager, and the comparison table
+#   3. bench_cuda_bandwidth, bench_cuda_train_step (the strict-fp32 - TF32 off - vs bf16 step of
+#      the 4 x 4096 MLP, and the CNN) and bench_cuda_kernel_count (kernels per Linear forward +
+#      backward under bf16, CUPTI), then benchmarks/compare_pytorch_cuda.py: the same work in
+#      PyTorch eager (kernels counted by torch.profiler), and the comparison table
 #   4. compute-sanitizer --tool memcheck on the elementwise and reduction tests
 #   5. the CUDA example(s), one epoch in fp32 and in bf16
 # and writes at most 8 files under $OUT (default build-gpu/out):
@@ -168,7 +169,8 @@ if [[ "${1:-}" == "--pack" ]]; then
   # script times the same - by PyTorch.
   cp benchmarks/compare_pytorch_cuda.py "$pack/"
   rows="$( (grep -ho 'run("[^"]*"' benchmarks/cuda_bandwidth.cu | sed 's/run("//; s/"$//'
-    grep -ho '"\(mlp\|cnn\)_[a-z0-9_]*"' benchmarks/cuda_train_step.cu | tr -d '"') | awk '!seen[$0]++')"
+    grep -ho '"\(mlp\|cnn\)_[a-z0-9_]*"' benchmarks/cuda_train_step.cu | tr -d '"'
+    grep -ho '"linear_[a-z0-9]*_kernels"' benchmarks/cuda_kernel_count.cu | tr -d '"') | awk '!seen[$0]++')"
   while read -r r; do
     [[ -z "$r" ]] && continue
     echo "row trainkit $r" >>"$manifest"
@@ -443,7 +445,7 @@ pt_rows="$out/bench_pytorch.jsonl"
 : >"$blog"
 : >"$tk_rows"
 : >"$pt_rows"
-for b in bench_cuda_bandwidth bench_cuda_train_step; do
+for b in bench_cuda_bandwidth bench_cuda_train_step bench_cuda_kernel_count; do
   if has "$b"; then
     t0=$(date +%s)
     timeout -k 5 "$(limit 90)" env LD_LIBRARY_PATH="$ldpath" "$root/bin/$b" >>"$tk_rows" 2>>"$blog"

@@ -1,9 +1,12 @@
 // trainkit/amp/ops.hpp - the ops of the autocast list under a precision policy:
 // amp::linear<P>, amp::matmul<P>, amp::bmm<P>, amp::conv2d<P>.
 //
-// The graph stays fp32 (var<float>): each op here takes fp32 vars, rounds its operands to the
-// policy's compute type C, multiplies with fp32 accumulation, rounds the result to C and hands
-// it back as fp32 values (so they carry C's precision, as autocast outputs do). The activations
+// The graph's element type stays fp32 (var<float>): each op here takes its operands' values in
+// the policy's compute type C (rounding fp32 ones), multiplies with fp32 accumulation and rounds
+// the result to C. With a native bf16 GEMM (keeps_bf16) the result stays a bf16 tensor, held by
+// the var (var::value_bf16) for the next 16-bit op, and gradients come back and go on in bf16
+// (grad_flow) - torch.autocast's bf16 tensors; otherwise it is handed back as fp32 values tagged
+// with C's precision (value_precision). The activations
 // backward needs are saved in C - the memory mixed precision saves; weights as the forward's GEMM
 // took them, rounded to C (torch.autocast's weight cache) - and the gradient GEMMs round their
 // operands (the incoming gradient, the saved activations, the weights) and their results to C.
@@ -65,6 +68,19 @@ tensor<G, D> to_gemm(const tensor<T, D>& t) {
     return cast<G>(cast<Compute>(t));
 }
 
+/// Every row of out [rows, n] (G elements) = bias [n] rounded to Compute, in one pass (one kernel:
+/// the rounding and the broadcast copy together).
+template <class Compute, class G, class T, class D>
+void bias_rows_into(tensor<G, D>& out, const tensor<T, D>& bias) {
+  const tensor<T, D> rows = bias.unsqueeze(0);
+  if constexpr (std::is_same_v<G, Compute>)
+    ::trainkit::detail::launch(::trainkit::detail::cast_fn<G, T>{}, out, rows);
+  else if constexpr (std::is_same_v<G, T>)
+    ::trainkit::detail::launch(::trainkit::detail::assign_fn<functors::round_to<Compute>, G, T>{{}}, out, rows);
+  else
+    copy_(out, to_gemm<G, Compute>(bias).unsqueeze(0));
+}
+
 /// A GEMM result (G elements) rounded to Compute and returned as T elements.
 template <class T, class Compute, class G, class D>
 tensor<T, D> from_gemm(const tensor<G, D>& t) {
@@ -124,22 +140,23 @@ std::vector<tensor<T, D>> gradients_from_gemm(const R& r, const std::vector<bool
 
 }  // namespace detail
 
-// Each mixed op saves its activations in Compute and its weight as its GEMM took it, in Compute -
-// as torch's autocast ops save their cast weights for backward: rounding the master weight again
-// in backward was a pass over every weight per step (a tenth of an fp16 MLP step); 2 bytes per
-// weight are held until backward instead.
+// Each mixed op saves its activations in Compute and its weight as its GEMM took it - as torch's
+// autocast ops save their cast weights for backward: rounding the master weight again in backward
+// was a pass over every weight per step (a tenth of an fp16 MLP step). With a native GEMM that is
+// the Compute copy (2 bytes per weight); where the operands are widened (fp16 on the CPU) it is
+// the rounded fp32 copy, 4 bytes per weight, which spares backward a widening pass per weight.
 // backward rebuilds the plain op on the gemm type from them, feeds it the incoming gradient
 // rounded to Compute, and rounds every input gradient to Compute.
 namespace ops {
 
-/// amp::linear's node: x folded to [rows, in] and the weight [out, in] in Compute (the weight as
-/// the forward's GEMM took it).
+/// amp::linear's node: x folded to [rows, in] in Compute and the weight [out, in] as the forward's
+/// GEMM took it (Compute values, in the GEMM's type).
 template <class Compute, class T, class D>
 struct linear {
   static constexpr std::string_view name = "linear";
   using G = detail::gemm_t<D, Compute>;
   tensor<Compute, D> x2;
-  tensor<Compute, D> wc;
+  tensor<G, D> wg;
   shape x_sizes;
   bool has_bias = false;
 
@@ -159,7 +176,7 @@ struct linear {
  private:
   // The input is read only for the weight's gradient.
   autograd::ops::linear<G, D> plain(const std::vector<bool>& needs) const {
-    return {needs[1] ? cast<G>(x2) : tensor<G, D>(), cast<G>(wc), x_sizes, has_bias};
+    return {needs[1] ? cast<G>(x2) : tensor<G, D>(), wg, x_sizes, has_bias};
   }
 };
 
@@ -185,14 +202,14 @@ struct matmul {
   }
 };
 
-/// amp::conv2d's node: the dense input [N, C, H, W] and the weight in Compute (the weight as the
-/// forward's convolution took it).
+/// amp::conv2d's node: the dense input [N, C, H, W] in Compute and the weight as the forward's
+/// convolution took it (Compute values, in the GEMM's type).
 template <class Compute, class T, class D>
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
   using G = detail::gemm_t<D, Compute>;
   tensor<Compute, D> x;
-  tensor<Compute, D> wc;  // dense
+  tensor<G, D> wg;  // dense
   shape x_sizes;
   backend::conv2d_geometry g;
   index_t groups = 1;
@@ -212,7 +229,7 @@ struct conv2d {
   }
 
  private:
-  autograd::ops::conv2d<G, D> plain() const { return {cast<G>(x), cast<G>(wc), x_sizes, g, groups, has_bias}; }
+  autograd::ops::conv2d<G, D> plain() const { return {cast<G>(x), wg, x_sizes, g, groups, has_bias}; }
 };
 
 }  // namespace ops
@@ -284,19 +301,18 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
       if (save_x) xc = cast<C>(xv).view({-1, in});
       xg = save_x ? cast<G>(xc) : detail::to_gemm<G, C>(xv).reshape({-1, in});
     }
-    tensor<C, D> wc = cast<C>(wv);  // saved for backward
-    const tensor<G, D> wg = cast<G>(wc);
+    tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
     shape os(xs.begin(), xs.end() - 1);
     os.push_back(out_f);
     auto out = tensor<G, D>::empty({xg.size(0), out_f});
     if (bias.defined()) {
       // The bias rows first, then the GEMM adds x W^T onto them (beta = 1): one rounding at the end.
-      copy_(out, detail::to_gemm<G, C>(bias.value()).unsqueeze(0));
+      detail::bias_rows_into<C>(out, bias.value());
       mm_into(out, xg, wg.t(), 1.0, 1.0);
     } else {
       mm_into(out, xg, wg.t(), 1.0, 0.0);
     }
-    ops::linear<C, T, D> op{xc, std::move(wc), x.sizes(), bias.defined()};
+    ops::linear<C, T, D> op{xc, wg, x.sizes(), bias.defined()};
     return detail::record_result<T, C>(std::move(op), out.view(os), x, weight, bias);
   }
 }
@@ -351,13 +367,13 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
     const tensor<C, D> xc = detail::compute_values<C>(x).view(xs);  // dense, saved
     const tensor<T, D> wv = weight.value().contiguous();
     const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
-    tensor<C, D> wc = cast<C>(wv);  // saved for backward
-    const tensor<G, D> xg = cast<G>(xc), wg = cast<G>(wc);
+    const tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
+    const tensor<G, D> xg = cast<G>(xc);
     auto yg = tensor<G, D>::empty({xg.size(0), wg.size(0), geo.out_h, geo.out_w});
     if (yg.numel() > 0)
       backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
                                        bg.defined() ? bg.data() : nullptr, yg.data());
-    ops::conv2d<C, T, D> op{xc, std::move(wc), x.sizes(), geo, o.groups, bias.defined()};
+    ops::conv2d<C, T, D> op{xc, wg, x.sizes(), geo, o.groups, bias.defined()};
     return detail::record_result<T, C>(std::move(op), unbatched ? yg.squeeze(0) : yg, x, weight, bias);
   }
 }
