@@ -103,7 +103,7 @@ class checkpoint_node final : public autograd::node<T, D> {
   using tensor_type = tensor<T, D>;
   using var_type = autograd::var<T, D>;
 
-  checkpoint_node(Fn fn, std::array<tensor_type, N> inputs, std::array<bool, N> requires_grad, rng_states rng)
+  checkpoint_node(Fn fn, std::array<var_type, N> inputs, std::array<bool, N> requires_grad, rng_states rng)
       : fn_(std::move(fn)), inputs_(std::move(inputs)), requires_grad_(requires_grad), rng_(std::move(rng)) {}
 
   std::vector<tensor_type> apply(tensor_type grad) override {
@@ -111,7 +111,10 @@ class checkpoint_node final : public autograd::node<T, D> {
                    "trying to backward through a checkpoint a second time (its saved inputs were freed); "
                    "pass retain_graph=true to the first backward()");
     std::array<var_type, N> in;
-    for (std::size_t i = 0; i < N; ++i) in[i] = var_type(inputs_[i], requires_grad_[i]);
+    for (std::size_t i = 0; i < N; ++i) {
+      in[i] = inputs_[i].detach();  // a fresh leaf over the kept values (bf16-held ones stay so)
+      if (requires_grad_[i]) in[i].set_requires_grad(true);
+    }
     var_type out;
     {
       rng_replay replay(rng_);
@@ -141,7 +144,7 @@ class checkpoint_node final : public autograd::node<T, D> {
 
  private:
   std::optional<Fn> fn_;
-  std::array<tensor_type, N> inputs_;
+  std::array<var_type, N> inputs_;  // detached: the values (and how they are held) without the graph
   std::array<bool, N> requires_grad_;
   rng_states rng_;
 };
@@ -180,10 +183,14 @@ autograd::var<T, D> checkpoint(const preserve_rng& rng, Fn&& fn, const autograd:
   TRAINKIT_CHECK(out.defined(), usage_error, "checkpoint",
                  "the checkpointed function returned an undefined var");
   auto node = std::make_shared<detail::checkpoint_node<T, D, std::decay_t<Fn>, n>>(
-      std::forward<Fn>(fn), std::array<tensor<T, D>, n>{first.value(), rest.value()...},
+      std::forward<Fn>(fn), std::array<var_type, n>{first.detach(), rest.detach()...},
       std::array<bool, n>{first.requires_grad(), rest.requires_grad()...}, std::move(states));
   node->next = {first.gradient_edge(), rest.gradient_edge()...};
-  return var_type::from_node(out.value(), std::move(node));
+  // The output as fn left it: held in bf16 stays so, 16-bit values keep their tag.
+  if (out.holds_bf16()) return var_type::from_bfloat16(out.value_bf16(), std::move(node));
+  auto r = var_type::from_node(out.value(), std::move(node));
+  r.set_precision(out.precision());
+  return r;
 }
 
 /// checkpoint with the default generator preserved (what dropout draws from unless told otherwise).

@@ -32,10 +32,9 @@ struct norm<cpu> {
                                double eps, double momentum, W* running_mean, W* running_var, X* y, S* save_mean,
                                S* save_invstd) {
 #if TRAINKIT_HAS_ONEDNN
-    if constexpr (std::is_same_v<X, W>)
-      if (detail::use_onednn_cnn<X>() && onednn_batch_norm_train(x, n, c, s, weight, bias, eps, momentum,
-                                                                 running_mean, running_var, y, save_mean, save_invstd))
-        return;
+    if (detail::use_onednn_bnorm<X, W>() && onednn_batch_norm_train(x, n, c, s, weight, bias, eps, momentum, running_mean,
+                                                               running_var, y, save_mean, save_invstd))
+      return;
 #endif
     const index_t m = n * s;
     detail::parallel_for(c, m * 2, [&](index_t ch) {
@@ -81,10 +80,9 @@ struct norm<cpu> {
                               const W* running_mean, const W* running_var, double eps, X* y, S* save_mean,
                               S* save_invstd) {
 #if TRAINKIT_HAS_ONEDNN
-    if constexpr (std::is_same_v<X, W>)
-      if (detail::use_onednn_cnn<X>() &&
-          onednn_batch_norm_eval(x, n, c, s, weight, bias, running_mean, running_var, eps, y, save_mean, save_invstd))
-        return;
+    if (detail::use_onednn_bnorm<X, W>() &&
+        onednn_batch_norm_eval(x, n, c, s, weight, bias, running_mean, running_var, eps, y, save_mean, save_invstd))
+      return;
 #endif
     for (index_t ch = 0; ch < c; ++ch) {
       save_mean[ch] = S(running_mean[ch]);
@@ -100,8 +98,8 @@ struct norm<cpu> {
                                   const S* save_mean, const S* save_invstd, bool training, G* dx, W* dweight,
                                   W* dbias) {
 #if TRAINKIT_HAS_ONEDNN
-    if constexpr (std::is_same_v<G, X> && std::is_same_v<X, W>)
-      if (detail::use_onednn_cnn<X>() &&
+    if constexpr (std::is_same_v<G, X>)  // oneDNN takes the gradient in the input's type
+      if (detail::use_onednn_bnorm<X, W>() &&
           onednn_batch_norm_backward(g, x, n, c, s, weight, save_mean, save_invstd, training, dx, dweight, dbias))
         return;
 #endif
