@@ -147,6 +147,32 @@ double max_abs(const ftensor& t) {
 }
 }  // namespace
 
+TEST_CASE("relu on half values with its half copy, and its gradient from it, agree with the scalar rule",
+          "[amp][fp16]") {
+  // Every half bit pattern as a float input (8 at a time on F16C where the CPU has it, the tail and
+  // other CPUs element by element), plus floats that are no half values (rounded on saving).
+  std::vector<float> xs;
+  for (std::uint32_t i = 0; i < 65536; ++i) xs.push_back(float(half::from_bits(std::uint16_t(i))));
+  for (float f : {1.0001f, -3.3e-9f, 70000.0f, -1e-30f, 0.3f}) xs.push_back(f);
+  const auto x = ftensor::from_vector(xs, {index_t(xs.size())});
+  auto y = ftensor::empty(x.sizes());
+  auto saved = tensor<half>::empty(x.sizes());
+  backend::elementwise<cpu>::for_each(x.sizes(), {y.strides(), saved.strides(), x.strides()},
+                                      functors::relu_keeping_half{}, y.data(), saved.data(), x.data());
+  const auto g = ftensor::full(x.sizes(), 2.5f);
+  auto dx = ftensor::empty(x.sizes());
+  trainkit::detail::launch(trainkit::detail::assign_fn<functors::relu_backward, float, float, half>{{}}, dx, g, saved);
+  const auto yv = y.to_vector(), dv = dx.to_vector();
+  const auto sv = saved.to_vector();
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    INFO("x = " << xs[i]);
+    const float want = xs[i] > 0.0f ? xs[i] : 0.0f;
+    REQUIRE(std::memcmp(&yv[i], &want, sizeof want) == 0);
+    REQUIRE(sv[i].bits() == half(xs[i]).bits());
+    REQUIRE(dv[i] == (float(half(xs[i])) > 0.0f ? 2.5f : 0.0f));
+  }
+}
+
 TEST_CASE("a bf16 scope passes bf16 values between ops, forward and backward, with the same numbers",
           "[amp][bf16]") {
   const auto a = run_chain(false), b = run_chain(true);

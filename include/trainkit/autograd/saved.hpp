@@ -68,6 +68,12 @@ class saved_tensor {
     s.bf16_ = std::move(t);
     return s;
   }
+  /// A half copy an op made itself (fused into its own pass).
+  static saved_tensor of_half(tensor<half, D> t) {
+    saved_tensor s;
+    s.half_ = std::move(t);
+    return s;
+  }
   /// x's value, in 16 bits when x's values are 16-bit values and x needs a gradient.
   static saved_tensor of(const var<T, D>& x) { return narrowed(x.value(), x.precision(), x.requires_grad()); }
 
@@ -86,8 +92,18 @@ class saved_tensor {
         ::trainkit::detail::launch(::trainkit::detail::assign_fn<F, T, T, bfloat16>{f}, out, g, bf16_);
         return out;
       }
-      // half: widened in bulk first (F16C on the CPU; element by element it is integer code)
-      if (half_.defined()) return map(f, g, cast<T>(half_));
+      if (half_.defined()) {
+        using fn = ::trainkit::detail::assign_fn<F, T, T, half>;
+        // relu's gradient reads the half copy 8 at a time on the CPU's F16C; anything else widens
+        // it in bulk first (element by element a half conversion is integer code on the CPU).
+        if constexpr (std::is_same_v<D, cpu> && backend::cpu_convert::has_bulk<fn, T, const T, const half>) {
+          auto out = tensor<T, D>::empty(g.sizes());
+          ::trainkit::detail::launch(fn{f}, out, g, half_);
+          return out;
+        } else {
+          return map(f, g, cast<T>(half_));
+        }
+      }
     }
     return map(f, g, full_);
   }

@@ -131,6 +131,19 @@ var<T, D> relu(const var<T, D>& x) {
     return record_bf16(ops::relu_kept_bf16<T, D>{y}, y, x);
   }
   if constexpr (std::is_same_v<T, float>) {
+    if (x.precision() == value_precision::half && x.requires_grad() && is_grad_enabled()) {
+      // Half values: the output and the saved half copy in one pass (F16C on the CPU).
+      const tensor<T, D>& xv = x.value();
+      auto y = tensor<T, D>::empty(xv.sizes());
+      auto saved = tensor<half, D>::empty(xv.sizes());
+      backend::elementwise<D>::for_each(xv.sizes(), {y.strides(), saved.strides(), xv.strides()},
+                                        ::trainkit::functors::relu_keeping_half{}, y.data(), saved.data(), xv.data());
+      auto r = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{
+                          saved_tensor<T, D>::of_half(std::move(saved))},
+                      std::move(y), x);
+      r.set_precision(value_precision::half);
+      return r;
+    }
     if (x.precision() == value_precision::bfloat16 && x.requires_grad() && is_grad_enabled()) {
       const tensor<T, D>& xv = x.value();
       auto y = tensor<T, D>::empty(xv.sizes());

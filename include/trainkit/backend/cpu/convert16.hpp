@@ -74,6 +74,35 @@ __attribute__((target("avx,f16c"))) inline void f16_to_f32_f16c(const std::uint1
   for (; i < n; ++i) out[i] = static_cast<float>(half::from_bits(in[i]));
 }
 
+/// relu of float values and the half copy of the input (relu_keeping_half), 8 at a time. MAXPS
+/// returns its second operand for a NaN: relu(NaN) = 0, as `x > 0 ? x : 0`.
+__attribute__((target("avx,f16c"))) inline void relu_keep_f16_f16c(const float* x, float* y, std::uint16_t* saved,
+                                                                    index_t n) {
+  index_t i = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    _mm256_storeu_ps(y + i, _mm256_max_ps(v, zero));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  for (; i < n; ++i) {
+    y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    saved[i] = half(x[i]).bits();
+  }
+}
+
+/// relu's gradient from the half copy of its input: out = saved > 0 ? g : 0, 8 at a time.
+__attribute__((target("avx,f16c"))) inline void relu_backward_f16_f16c(const float* g, const std::uint16_t* saved,
+                                                                        float* out, index_t n) {
+  index_t i = 0;
+  const __m256 zero = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(saved + i)));
+    _mm256_storeu_ps(out + i, _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), _mm256_loadu_ps(g + i)));
+  }
+  for (; i < n; ++i) out[i] = static_cast<float>(half::from_bits(saved[i])) > 0.0f ? g[i] : 0.0f;
+}
+
 /// float -> nearest half -> float, 8 at a time.
 __attribute__((target("avx,f16c"))) inline void round_f32_f16_f16c(const float* in, float* out, index_t n) {
   index_t i = 0;
@@ -131,6 +160,29 @@ inline constexpr bool has_bulk<trainkit::detail::cast_fn<float, half>, float, co
 template <>
 inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::round_to<half>, float, float>, float,
                                const float> = true;
+
+template <>
+inline constexpr bool has_bulk<functors::relu_keeping_half, float, half, const float> = true;
+template <>
+inline constexpr bool has_bulk<functors::relu_keeping_half, float, half, float> = true;
+template <>
+inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::relu_backward, float, float, half>, float,
+                               const float, const half> = true;
+
+/// The three-operand bulk loops: relu with its half copy, and its gradient from that copy.
+template <class F, class A, class B, class C>
+void run_bulk(F& f, index_t n, A* a, B* b, C* c) {
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (has_f16c()) {
+    if constexpr (std::is_same_v<F, functors::relu_keeping_half>)
+      relu_keep_f16_f16c(c, a, reinterpret_cast<std::uint16_t*>(b), n);
+    else
+      relu_backward_f16_f16c(b, reinterpret_cast<const std::uint16_t*>(c), a, n);
+    return;
+  }
+#endif
+  for (index_t i = 0; i < n; ++i) f(a[i], b[i], c[i]);
+}
 
 /// Runs f over out[0, n), in[0, n) in bulk where the CPU allows, else element by element.
 template <class F, class Out, class In>
