@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/values.hpp"
 #include "trainkit/trainkit.hpp"
 
 using namespace trainkit;
@@ -16,16 +17,8 @@ using ftensor = tensor<float>;
 
 namespace {
 
-ftensor random_float(const shape& s, std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(static_cast<std::size_t>(numel(s)));
-  for (auto& x : v) x = u(rng);
-  return ftensor::from_vector(v, s);
-}
-bool bit_equal(const ftensor& a, const ftensor& b) {
-  const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
+using test::bit_equal;
+using test::random_float;
 
 // A user's residual network: conv stem, a residual block of two convs, pooling, a linear head,
 // and a matmul of its own - no Sequential at the top, no amp in its code.

@@ -104,6 +104,8 @@ template <class T, class Device>
 struct var_impl {
   tensor<T, Device> value;
   tensor<bfloat16, Device> value_bf16;
+  /// The sizes of the values, however they are held.
+  const shape& sizes() const { return value.defined() || !value_bf16.defined() ? value.sizes() : value_bf16.sizes(); }
   tensor<T, Device> grad;
   value_precision precision = value_precision::full;
   std::shared_ptr<node<T, Device>> grad_fn;
@@ -132,9 +134,9 @@ class accumulate_grad final : public node<T, Device> {
   std::vector<tensor_type> apply(tensor_type g) override {
     for (auto& h : leaf_->hooks)
       if (auto r = h(g); r.defined()) g = std::move(r);
-    TRAINKIT_CHECK(g.sizes() == leaf_->value.sizes(), shape_error, "accumulate_grad",
+    TRAINKIT_CHECK(g.sizes() == leaf_->sizes(), shape_error, "accumulate_grad",
                    "gradient of sizes " << to_string(g.sizes()) << " for a leaf of sizes "
-                                        << to_string(leaf_->value.sizes()));
+                                        << to_string(leaf_->sizes()));
     if (!leaf_->grad.defined()) {
       leaf_->grad = detail::exclusively_owned(g) ? std::move(g) : g.clone();
     } else {

@@ -141,10 +141,7 @@ class var {
   void backward(const tensor_type& grad = tensor_type(), bool retain_graph = false) const;
 
   // Sizes without making the T copy of bfloat16-held values.
-  const shape& sizes() const {
-    auto& i = impl();
-    return i.value.defined() || !i.value_bf16.defined() ? i.value.sizes() : i.value_bf16.sizes();
-  }
+  const shape& sizes() const { return impl().sizes(); }
   std::size_t dim() const { return sizes().size(); }
   index_t size(index_t d) const {
     auto& i = impl();

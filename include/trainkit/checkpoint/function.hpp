@@ -34,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/backward.hpp"
 #include "trainkit/autograd/grad_mode.hpp"
 #include "trainkit/autograd/node.hpp"
@@ -103,8 +104,13 @@ class checkpoint_node final : public autograd::node<T, D> {
   using tensor_type = tensor<T, D>;
   using var_type = autograd::var<T, D>;
 
-  checkpoint_node(Fn fn, std::array<var_type, N> inputs, std::array<bool, N> requires_grad, rng_states rng)
-      : fn_(std::move(fn)), inputs_(std::move(inputs)), requires_grad_(requires_grad), rng_(std::move(rng)) {}
+  checkpoint_node(Fn fn, std::array<var_type, N> inputs, std::array<bool, N> requires_grad, rng_states rng,
+                  const autograd::autocast_ops<T, D>* autocast)
+      : fn_(std::move(fn)),
+        inputs_(std::move(inputs)),
+        requires_grad_(requires_grad),
+        rng_(std::move(rng)),
+        autocast_(autocast) {}
 
   std::vector<tensor_type> apply(tensor_type grad) override {
     TRAINKIT_CHECK(fn_.has_value(), usage_error, "checkpoint",
@@ -118,6 +124,7 @@ class checkpoint_node final : public autograd::node<T, D> {
     var_type out;
     {
       rng_replay replay(rng_);
+      autograd::autocast_guard<T, D> precision(autocast_);  // the forward's precision scope, as PyTorch's checkpoint
       autograd::enable_grad recording;
       autograd::recomputing again;  // batch norm does not update its running statistics twice
       out = std::apply(*fn_, in);
@@ -147,6 +154,7 @@ class checkpoint_node final : public autograd::node<T, D> {
   std::array<var_type, N> inputs_;  // detached: the values (and how they are held) without the graph
   std::array<bool, N> requires_grad_;
   rng_states rng_;
+  const autograd::autocast_ops<T, D>* autocast_;  // the precision scope forward ran in (static tables)
 };
 
 }  // namespace detail
@@ -184,7 +192,8 @@ autograd::var<T, D> checkpoint(const preserve_rng& rng, Fn&& fn, const autograd:
                  "the checkpointed function returned an undefined var");
   auto node = std::make_shared<detail::checkpoint_node<T, D, std::decay_t<Fn>, n>>(
       std::forward<Fn>(fn), std::array<var_type, n>{first.detach(), rest.detach()...},
-      std::array<bool, n>{first.requires_grad(), rest.requires_grad()...}, std::move(states));
+      std::array<bool, n>{first.requires_grad(), rest.requires_grad()...}, std::move(states),
+      autograd::current_autocast<T, D>());
   node->next = {first.gradient_edge(), rest.gradient_edge()...};
   // The output as fn left it: held in bf16 stays so, 16-bit values keep their tag.
   if (out.holds_bf16()) return var_type::from_bfloat16(out.value_bf16(), std::move(node));

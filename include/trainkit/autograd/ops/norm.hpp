@@ -14,43 +14,16 @@
 namespace trainkit::autograd {
 
 namespace ops {
-template <class T, class D>
+/// batch_norm's node. X is how the input is saved: saved_tensor<T, D> (the dense input, in 16 bits
+/// when it holds 16-bit values), or tensor<bfloat16, D> for a var held in bfloat16 (CPU: the
+/// result of the op before, kept as it is - no copy); the latter also takes a bf16 gradient and
+/// writes the input's gradient in bf16. Statistics and parameter gradients in float/double.
+template <class T, class D, class X = saved_tensor<T, D>>
 struct batch_norm {
   static constexpr std::string_view name = "batch_norm";
   using stat_t = accumulate_t<T>;
-  saved_tensor<T, D> xs;                  // dense input, in 16 bits when it holds 16-bit values
-  tensor<T, D> weight;                    // undefined when affine = false
-  tensor<stat_t, D> save_mean, save_invstd;
-  shape x_sizes;
-  index_t n = 0, c = 0, s = 0;
-  bool training = true;
-  int w_slot = -1, b_slot = -1;
-
-  std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
-    std::vector<tensor<T, D>> r(needs.size());
-    const tensor<T, D> g = grad.contiguous();
-    const tensor<T, D> x = xs.get();
-    if (needs[0]) r[0] = tensor<T, D>::empty(x.sizes());
-    if (w_slot >= 0 && needs[std::size_t(w_slot)]) r[std::size_t(w_slot)] = tensor<T, D>::empty({c});
-    if (b_slot >= 0 && needs[std::size_t(b_slot)]) r[std::size_t(b_slot)] = tensor<T, D>::empty({c});
-    auto ptr = [&](int slot) { return slot >= 0 && r[std::size_t(slot)].defined() ? r[std::size_t(slot)].data() : nullptr; };
-    backend::norm<D>::batch_norm_backward(g.data(), x.data(), n, c, s, ::trainkit::autograd::detail::data_or_null(weight),
-                                          save_mean.data(), save_invstd.data(), training,
-                                          needs[0] ? r[0].data() : nullptr, ptr(w_slot), ptr(b_slot));
-    if (needs[0]) r[0] = r[0].view(x_sizes);
-    return r;
-  }
-};
-
-/// batch_norm of a var held in bfloat16 (CPU): the input saved as it is (the result of the op
-/// before: no copy), the gradient read and the input's gradient written in bf16 when the gradient
-/// arrives in bf16; statistics and parameter gradients in float/double as always.
-template <class T, class D>
-struct batch_norm_bf16 {
-  static constexpr std::string_view name = "batch_norm";
-  using stat_t = accumulate_t<T>;
-  tensor<bfloat16, D> x;  // dense
-  tensor<T, D> weight;    // undefined when affine = false
+  X xs;
+  tensor<T, D> weight;  // undefined when affine = false
   tensor<stat_t, D> save_mean, save_invstd;
   shape x_sizes;
   index_t n = 0, c = 0, s = 0;
@@ -63,13 +36,21 @@ struct batch_norm_bf16 {
     for (std::size_t i = 0; i < f.size(); ++i) r[i] = std::move(f[i].full);
     return r;
   }
-  std::vector<grad_flow<T, D>> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const {
+  std::vector<grad_flow<T, D>> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const
+    requires std::is_same_v<X, tensor<bfloat16, D>>
+  {
     return g.is_narrow() ? run(g.bf16.contiguous(), needs) : run(g.full.contiguous(), needs);
   }
 
  private:
   template <class G>
   std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs) const {
+    const auto x = [&] {
+      if constexpr (std::is_same_v<X, tensor<bfloat16, D>>)
+        return xs;
+      else
+        return xs.get();
+    }();
     std::vector<grad_flow<T, D>> r(needs.size());
     tensor<G, D> dx;
     tensor<T, D> dw, db;
@@ -185,8 +166,8 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
     if (x.holds_bf16()) {
       const tensor<bfloat16, D> xb = x.value_bf16().contiguous();
       auto y = normalise(xb);
-      return record_bf16(ops::batch_norm_bf16<T, D>{xb, wv, save_mean, save_invstd, x.sizes(), n, c, s, use_batch,
-                                                    ws, bs},
+      return record_bf16(ops::batch_norm<T, D, tensor<bfloat16, D>>{xb, wv, save_mean, save_invstd, x.sizes(), n, c,
+                                                                    s, use_batch, ws, bs},
                          std::move(y), in.list);
     }
   }

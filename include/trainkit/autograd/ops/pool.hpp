@@ -48,6 +48,12 @@ inline backend::pool2d_geometry pool2d_geometry_of(const shape& x, const pool2d_
   g.out_w = (pw - g.kernel_w) / g.stride_w + 1;
   return g;
 }
+/// x's sizes ([N, C, H, W] or [C, H, W]) with the pooled height and width.
+inline shape pooled_sizes(shape x, const backend::pool2d_geometry& g) {
+  x[x.size() - 2] = g.out_h;
+  x[x.size() - 1] = g.out_w;
+  return x;
+}
 }  // namespace detail
 
 namespace ops {
@@ -103,9 +109,7 @@ var<T, D> max_pool2d(const var<T, D>& x, pool2d_options o = {}) {
     const tensor<X, D> xv = (x.dim() == 3 ? held.unsqueeze(0) : held).contiguous();
     const auto g = detail::pool2d_geometry_of(xv.sizes(), o, "max_pool2d");
     const index_t planes = xv.size(0) * xv.size(1);
-    shape os = x.sizes();
-    os[os.size() - 2] = g.out_h;
-    os[os.size() - 1] = g.out_w;
+    const shape os = detail::pooled_sizes(x.sizes(), g);
     auto y = tensor<X, D>::empty(os);
     auto idx = tensor<std::int64_t, D>::empty(os);
     backend::pool<D>::max_forward(g, planes, xv.data(), y.data(), idx.data());
@@ -130,10 +134,7 @@ var<T, D> avg_pool2d(const var<T, D>& x, pool2d_options o = {}) {
   const tensor<T, D> xv = (x.dim() == 3 ? x.value().unsqueeze(0) : x.value()).contiguous();
   const auto g = detail::pool2d_geometry_of(xv.sizes(), o, "avg_pool2d");
   const index_t planes = xv.size(0) * xv.size(1);
-  shape os = x.sizes();
-  os[os.size() - 2] = g.out_h;
-  os[os.size() - 1] = g.out_w;
-  auto y = tensor<T, D>::empty(os);
+  auto y = tensor<T, D>::empty(detail::pooled_sizes(x.sizes(), g));
   backend::pool<D>::avg_forward(g, planes, xv.data(), y.data());
   return record(ops::avg_pool2d<T, D>{x.sizes(), g, planes}, std::move(y), x);
 }

@@ -47,16 +47,8 @@ struct norm<cpu> {
       const double k = double(kc);
       double sum = 0, sq = 0;
       for (index_t i = 0; i < n; ++i) {
-        const X* p = x + (i * c + ch) * s;
         C ps = 0, pq = 0;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp simd reduction(+ : ps, pq)
-#endif
-        for (index_t j = 0; j < s; ++j) {
-          const C d = C(p[j]) - kc;
-          ps += d;
-          pq += d * d;
-        }
+        plane_moments(compute_row<C>(x + (i * c + ch) * s, s, 0), s, kc, ps, pq);
         sum += double(ps);
         sq += double(pq);
       }
@@ -111,17 +103,9 @@ struct norm<cpu> {
       // Per plane in the compute type (vectorised), across planes in double, as in the forward.
       double sum_g = 0, sum_gx = 0;
       for (index_t i = 0; i < n; ++i) {
-        const G* gp = g + (i * c + ch) * s;
-        const X* xp = x + (i * c + ch) * s;
         C pg = 0, pgx = 0;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp simd reduction(+ : pg, pgx)
-#endif
-        for (index_t j = 0; j < s; ++j) {
-          const C gv = C(gp[j]);
-          pg += gv;
-          pgx += gv * (C(xp[j]) - cmean);
-        }
+        plane_gradient_sums(compute_row<C>(g + (i * c + ch) * s, s, 0), compute_row<C>(x + (i * c + ch) * s, s, 1), s,
+                            cmean, pg, pgx);
         sum_g += double(pg);
         sum_gx += double(pgx);
       }
@@ -245,6 +229,53 @@ struct norm<cpu> {
   }
 
  private:
+  // The sums of the batch-norm kernels run on compute-type rows: bf16 rows are widened into a
+  // per-thread buffer first, so one loop (one instantiation per C) sums a plane whichever way its
+  // values are held - a bf16-held batch norm gives the float-held one's statistics and gradients
+  // bit for bit, where the vectoriser had split the two loops into different partial sums.
+  /// p[0, s) as C: p itself when X is C, else its widened copy in the calling thread's buffer `slot`.
+  template <class C, class X>
+  static const C* compute_row(const X* p, index_t s, int slot) {
+    if constexpr (std::is_same_v<X, C>) {
+      return p;
+    } else {
+      thread_local std::vector<C> buffers[2];
+      auto& b = buffers[slot];
+      if (b.size() < std::size_t(s)) b.resize(std::size_t(s));
+      for (index_t j = 0; j < s; ++j) b[std::size_t(j)] = C(p[j]);
+      return b.data();
+    }
+  }
+  /// ps += sum (p[j] - k), pq += sum (p[j] - k)^2 over one plane (vectorised: C lanes).
+  template <class C>
+  static void plane_moments(const C* p, index_t s, C k, C& ps, C& pq) {
+    C a = ps, b = pq;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : a, b)
+#endif
+    for (index_t j = 0; j < s; ++j) {
+      const C d = p[j] - k;
+      a += d;
+      b += d * d;
+    }
+    ps = a;
+    pq = b;
+  }
+  /// pg += sum g[j], pgx += sum g[j] (x[j] - mean) over one plane.
+  template <class C>
+  static void plane_gradient_sums(const C* g, const C* x, index_t s, C mean, C& pg, C& pgx) {
+    C a = pg, b = pgx;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : a, b)
+#endif
+    for (index_t j = 0; j < s; ++j) {
+      a += g[j];
+      b += g[j] * (x[j] - mean);
+    }
+    pg = a;
+    pgx = b;
+  }
+
   /// q[j] = Y(v(j)) for j in [0, s). bfloat16 goes through a float block and the vector rounding
   /// (cpu_convert::round_to_bfloat16): the compiler does not vectorise the rounding itself.
   template <class Y, class V>
