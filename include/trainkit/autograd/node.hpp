@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "trainkit/core/bfloat16.hpp"
@@ -36,9 +37,13 @@ struct grad_flow {
 
   grad_flow() = default;
   grad_flow(tensor<T, Device> f) : full(std::move(f)) {}  // NOLINT: an fp32 gradient
+  /// A bf16 gradient (for a bfloat16 graph that is simply its gradient).
   static grad_flow narrow(tensor<bfloat16, Device> b) {
     grad_flow g;
-    g.bf16 = std::move(b);
+    if constexpr (std::is_same_v<T, bfloat16>)
+      g.full = std::move(b);
+    else
+      g.bf16 = std::move(b);
     return g;
   }
   bool defined() const noexcept { return full.defined() || bf16.defined(); }
