@@ -73,7 +73,7 @@ void backward(const var<T, D>& root, tensor<T, D> grad = {}, bool retain_graph =
         if (out->grad.defined())
           add_(out->grad, g.widened());
         else
-          out->grad = g.widened().clone();
+          out->grad = g.is_narrow() ? g.widened() : g.full.clone();  // widening already copies
       }
       in_grads = n->apply_flow(std::move(g));
     }

@@ -63,13 +63,12 @@ class saved_tensor {
     return s;
   }
   /// A 16-bit copy an op made itself (fused into its own pass).
-  static saved_tensor of_bfloat16(tensor<bfloat16, D> t) {
+  static saved_tensor of_16bit(tensor<bfloat16, D> t) {
     saved_tensor s;
     s.bf16_ = std::move(t);
     return s;
   }
-  /// A half copy an op made itself (fused into its own pass).
-  static saved_tensor of_half(tensor<half, D> t) {
+  static saved_tensor of_16bit(tensor<half, D> t) {
     saved_tensor s;
     s.half_ = std::move(t);
     return s;

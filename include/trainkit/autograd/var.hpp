@@ -143,14 +143,8 @@ class var {
   // Sizes without making the T copy of bfloat16-held values.
   const shape& sizes() const { return impl().sizes(); }
   std::size_t dim() const { return sizes().size(); }
-  index_t size(index_t d) const {
-    auto& i = impl();
-    return i.value.defined() || !i.value_bf16.defined() ? i.value.size(d) : i.value_bf16.size(d);
-  }
-  index_t numel() const {
-    auto& i = impl();
-    return i.value.defined() || !i.value_bf16.defined() ? i.value.numel() : i.value_bf16.numel();
-  }
+  index_t size(index_t d) const { return sizes()[wrap_dim(d, dim(), "tensor::size")]; }
+  index_t numel() const { return trainkit::numel(sizes()); }
   T item() const { return value().item(); }
 
   impl_type* get() const noexcept { return p_.get(); }

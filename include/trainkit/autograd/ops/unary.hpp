@@ -106,7 +106,7 @@ struct relu_kept_bf16 {
   static constexpr std::string_view name = relu_name;
   tensor<bfloat16, D> y;
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
-    return {saved_tensor<T, D>::of_bfloat16(y).map_with(::trainkit::functors::relu_backward{}, g)};
+    return {saved_tensor<T, D>::of_16bit(y).map_with(::trainkit::functors::relu_backward{}, g)};
   }
   std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const {
     if (!g.is_narrow()) return {grad_flow<T, D>(backward(g.full, needs)[0])};
@@ -131,30 +131,25 @@ var<T, D> relu(const var<T, D>& x) {
     return record_bf16(ops::relu_kept_bf16<T, D>{y}, y, x);
   }
   if constexpr (std::is_same_v<T, float>) {
-    if (x.precision() == value_precision::half && x.requires_grad() && is_grad_enabled()) {
-      // Half values: the output and the saved half copy in one pass (F16C on the CPU).
+    // 16-bit values: the output and the saved 16-bit copy of the input in one pass (F16C for half
+    // on the CPU).
+    auto keeping = [&]<class C>(auto keep) {
       const tensor<T, D>& xv = x.value();
       auto y = tensor<T, D>::empty(xv.sizes());
-      auto saved = tensor<half, D>::empty(xv.sizes());
-      backend::elementwise<D>::for_each(xv.sizes(), {y.strides(), saved.strides(), xv.strides()},
-                                        ::trainkit::functors::relu_keeping_half{}, y.data(), saved.data(), xv.data());
+      auto saved = tensor<C, D>::empty(xv.sizes());
+      backend::elementwise<D>::for_each(xv.sizes(), {y.strides(), saved.strides(), xv.strides()}, keep, y.data(),
+                                        saved.data(), xv.data());
       auto r = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{
-                          saved_tensor<T, D>::of_half(std::move(saved))},
+                          saved_tensor<T, D>::of_16bit(std::move(saved))},
                       std::move(y), x);
-      r.set_precision(value_precision::half);
+      r.set_precision(x.precision());
       return r;
-    }
-    if (x.precision() == value_precision::bfloat16 && x.requires_grad() && is_grad_enabled()) {
-      const tensor<T, D>& xv = x.value();
-      auto y = tensor<T, D>::empty(xv.sizes());
-      auto saved = tensor<bfloat16, D>::empty(xv.sizes());
-      backend::elementwise<D>::for_each(xv.sizes(), {y.strides(), saved.strides(), xv.strides()},
-                                        ops::relu_keeping_bfloat16{}, y.data(), saved.data(), xv.data());
-      auto r = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{
-                          saved_tensor<T, D>::of_bfloat16(std::move(saved))},
-                      std::move(y), x);
-      r.set_precision(value_precision::bfloat16);
-      return r;
+    };
+    if (x.requires_grad() && is_grad_enabled()) {
+      if (x.precision() == value_precision::half)
+        return keeping.template operator()<half>(::trainkit::functors::relu_keeping_half{});
+      if (x.precision() == value_precision::bfloat16)
+        return keeping.template operator()<bfloat16>(ops::relu_keeping_bfloat16{});
     }
   }
   auto y = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{saved_tensor<T, D>::of(x)},

@@ -162,8 +162,6 @@ inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::round_to<ha
                                const float> = true;
 
 template <>
-inline constexpr bool has_bulk<functors::relu_keeping_half, float, half, const float> = true;
-template <>
 inline constexpr bool has_bulk<functors::relu_keeping_half, float, half, float> = true;
 template <>
 inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::relu_backward, float, float, half>, float,
