@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -179,4 +180,63 @@ TEST_CASE("pooling rejects bad inputs", "[nn][pool][errors]") {
   REQUIRE_THROWS_AS(max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 0}}), value_error);
   REQUIRE_THROWS_WITH(max_pool2d(x, {.kernel = {2, 2}, .padding = {2, 0}}), Catch::Contains("half the kernel"));
   REQUIRE_THROWS_AS(max_pool2d(x, {.kernel = {0, 2}}), value_error);
+}
+
+TEST_CASE("2x2 max pooling's vector loop and direct backward match the general rule on every row width",
+          "[nn][pool]") {
+  // backend::pool<cpu>'s 2x2 stride-2 kernels: four windows per vector step, a last step that
+  // overlaps the one before when the row's width is not a multiple of 4, the indices widened from
+  // 32-bit lanes, and a backward that writes each input once. Checked against the rule of the
+  // general loop (the first of the window's maxima in scan order, NaN winning) for float and
+  // bfloat16 on widths 2..21 and odd and even heights, with ties, NaN and -inf among the values.
+  std::mt19937 rng(27);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), ninf = -std::numeric_limits<float>::infinity();
+  const auto check = [&](auto tag, index_t planes, index_t h, index_t w) {
+    using T = decltype(tag);
+    INFO((std::is_same_v<T, float> ? "float" : "bfloat16") << " planes " << planes << " " << h << "x" << w);
+    backend::pool2d_geometry g;
+    g.height = h, g.width = w, g.kernel_h = g.kernel_w = 2, g.stride_h = g.stride_w = 2;
+    g.out_h = h / 2, g.out_w = w / 2;
+    std::uniform_int_distribution<int> pick(0, 9);
+    std::vector<T> x(std::size_t(planes * h * w)), gy(std::size_t(planes * g.out_h * g.out_w));
+    for (auto& v : x) {
+      const int k = pick(rng);
+      v = T(k == 0 ? nan : k == 1 ? ninf : float(k % 4) - 1.5f);  // many ties
+    }
+    for (auto& v : gy) {  // -0 and NaN among them: the gradient is 0 + gy, as the general scatter adds it
+      const int k = pick(rng);
+      v = T(k == 0 ? -0.0f : k == 1 ? nan : float(k) - 4.5f);
+    }
+    std::vector<T> y(gy.size()), gx(x.size(), T(-7.0f));
+    std::vector<std::int64_t> idx(gy.size(), -1);
+    backend::pool<cpu>::max_forward(g, planes, x.data(), y.data(), idx.data());
+    backend::pool<cpu>::max_backward(g, planes, gy.data(), idx.data(), gx.data());
+    std::vector<T> want_gx(x.size(), T(0.0f));
+    for (index_t p = 0; p < planes; ++p)
+      for (index_t oh = 0; oh < g.out_h; ++oh)
+        for (index_t ow = 0; ow < g.out_w; ++ow) {
+          const index_t o = (p * g.out_h + oh) * g.out_w + ow;
+          index_t at = 2 * oh * w + 2 * ow;
+          for (const index_t k : {2 * oh * w + 2 * ow + 1, (2 * oh + 1) * w + 2 * ow, (2 * oh + 1) * w + 2 * ow + 1}) {
+            const float v = float(x[std::size_t(p * h * w + k)]), best = float(x[std::size_t(p * h * w + at)]);
+            if (v > best || (std::isnan(v) && !std::isnan(best))) at = k;
+          }
+          INFO("window " << oh << "," << ow << " of plane " << p);
+          REQUIRE(idx[std::size_t(o)] == at);
+          const float want = float(x[std::size_t(p * h * w + at)]), got = float(y[std::size_t(o)]);
+          REQUIRE((std::isnan(want) ? std::isnan(got) : got == want));
+          want_gx[std::size_t(p * h * w + at)] = T(float(gy[std::size_t(o)]) + 0.0f);
+        }
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      INFO("input " << i);
+      REQUIRE(std::memcmp(&gx[i], &want_gx[i], sizeof(T)) == 0);  // bit for bit: +0, the quiet NaN
+    }
+  };
+  for (index_t w = 2; w <= 21; ++w)
+    for (index_t h : {2, 3, 6}) {
+      check(float{}, 3, h, w);
+      check(trainkit::bfloat16{}, 3, h, w);
+    }
+  check(float{}, 40, 28, 28);  // the CNN's planes: parallel over planes
+  check(trainkit::bfloat16{}, 40, 14, 14);
 }

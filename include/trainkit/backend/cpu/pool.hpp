@@ -43,6 +43,7 @@ struct pool<cpu> {
     const auto better = [](C v, C best) { return (v > best) | ((v != v) & (best == best)); };
     if (window_2x2) {
       // The common 2x2 window, stride 2: the four values of each window in scan order.
+      [[maybe_unused]] const bool index32 = g.height * g.width <= std::numeric_limits<std::int32_t>::max();
       for_planes(g, planes, [&](index_t p) {
         const T* xp = x + p * g.height * g.width;
         T* yp = y + p * g.out_h * g.out_w;
@@ -56,8 +57,13 @@ struct pool<cpu> {
           // Four windows per step with SSE2 compares and selects: the compiler turned the scalar
           // selects below back into branches, which mispredict on activations (half of them
           // zeros after a ReLU): 16 ms of a 69 ms CNN step on this loop, 3 ms on patterned data.
+          // A row whose width is not a multiple of 4 ends with a step that overlaps the one before
+          // (the same windows, written again with the same values), and the indices are formed
+          // in 32-bit lanes and widened, so the plane must fit in int32 (checked once, above).
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
-            for (; ow + 4 <= g.out_w; ow += 4) {
+            for (bool more = index32 && g.out_w >= 4; more; ow += 4) {
+              if (ow + 4 > g.out_w) ow = g.out_w - 4;  // the overlapping last step
+              more = ow + 4 < g.out_w;
               const index_t w = 2 * ow;
               __m128 r0a, r0b, r1a, r1b;
               if constexpr (std::is_same_v<T, float>) {
@@ -88,10 +94,15 @@ struct pool<cpu> {
                 const __m128i top = _mm_srai_epi32(_mm_castps_si128(best), 16);
                 _mm_storel_epi64(reinterpret_cast<__m128i*>(yp + oh * g.out_w + ow), _mm_packs_epi32(top, top));
               }
-              alignas(16) std::int32_t k[4];
-              _mm_store_si128(reinterpret_cast<__m128i*>(k), code);
-              for (int j = 0; j < 4; ++j)
-                ip[oh * g.out_w + ow + j] = base + w + 2 * j + (k[j] & 1) + (k[j] >> 1) * g.width;
+              // index = base + w + 2j + (code & 1) + (code > 1 ? width : 0), widened to int64
+              const __m128i one = _mm_set1_epi32(1);
+              __m128i at = _mm_add_epi32(_mm_set_epi32(6, 4, 2, 0), _mm_set1_epi32(std::int32_t(base + w)));
+              at = _mm_add_epi32(at, _mm_and_si128(code, one));
+              at = _mm_add_epi32(at, _mm_and_si128(_mm_cmpgt_epi32(code, one), _mm_set1_epi32(std::int32_t(g.width))));
+              const __m128i z = _mm_setzero_si128();
+              std::int64_t* out = ip + oh * g.out_w + ow;
+              _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi32(at, z));
+              _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2), _mm_unpackhi_epi32(at, z));
             }
           }
 #endif
@@ -147,6 +158,81 @@ struct pool<cpu> {
   template <class T>
   static void max_backward(const pool2d_geometry& g, index_t planes, const T* gy, const std::int64_t* argmax, T* gx) {
     using C = compute_t<T>;
+    if (g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0) {
+      // 2x2 windows, stride 2: each input belongs to one window, so the gradient is written once,
+      // row pair by row pair, with no zero fill and no scattered read-modify-write (a bf16 one
+      // rounds each sum). 0 + g, as the scatter computes it: -0 becomes +0, as in PyTorch.
+      const T zero = T(C(0));
+      [[maybe_unused]] const bool index32 = g.height * g.width <= std::numeric_limits<std::int32_t>::max();
+      for_planes(g, planes, [&](index_t p) {
+        T* gp = gx + p * g.height * g.width;
+        const T* gyp = gy + p * g.out_h * g.out_w;
+        const std::int64_t* ip = argmax + p * g.out_h * g.out_w;
+        for (index_t oh = 0; oh < g.out_h; ++oh) {
+          T* r0 = gp + 2 * oh * g.width;
+          T* r1 = r0 + g.width;
+          const std::int64_t base = 2 * oh * g.width;
+          index_t ow = 0;
+#if TRAINKIT_CPU_SSE2_POOL
+          // Four windows per step, as in the forward (the scalar selects below compile to branches
+          // that mispredict): each window's offset of its argmax (0, 1, width, width + 1) becomes
+          // four lane masks, and the two rows are written interleaved.
+          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
+            const __m128i off1 = _mm_set1_epi32(1), offw = _mm_set1_epi32(std::int32_t(g.width));
+            const __m128i offw1 = _mm_set1_epi32(std::int32_t(g.width + 1));
+            for (bool more = index32 && g.out_w >= 4; more; ow += 4) {
+              if (ow + 4 > g.out_w) ow = g.out_w - 4;
+              more = ow + 4 < g.out_w;
+              const std::int64_t* ix = ip + oh * g.out_w + ow;
+              const std::int64_t b = base + 2 * ow;
+              const __m128i d01 = _mm_sub_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ix)),
+                                                _mm_set_epi64x(b + 2, b));
+              const __m128i d23 = _mm_sub_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ix + 2)),
+                                                _mm_set_epi64x(b + 6, b + 4));
+              const __m128i d = _mm_castps_si128(
+                  _mm_shuffle_ps(_mm_castsi128_ps(d01), _mm_castsi128_ps(d23), _MM_SHUFFLE(2, 0, 2, 0)));
+              const __m128i m00 = _mm_cmpeq_epi32(d, _mm_setzero_si128()), m01 = _mm_cmpeq_epi32(d, off1);
+              const __m128i m10 = _mm_cmpeq_epi32(d, offw), m11 = _mm_cmpeq_epi32(d, offw1);
+              if constexpr (std::is_same_v<T, float>) {
+                const __m128 v = _mm_add_ps(_mm_loadu_ps(gyp + oh * g.out_w + ow), _mm_setzero_ps());
+                const auto row = [&](T* r, __m128i left, __m128i right) {
+                  const __m128 a = _mm_and_ps(_mm_castsi128_ps(left), v), c = _mm_and_ps(_mm_castsi128_ps(right), v);
+                  _mm_storeu_ps(r + 2 * ow, _mm_unpacklo_ps(a, c));
+                  _mm_storeu_ps(r + 2 * ow + 4, _mm_unpackhi_ps(a, c));
+                };
+                row(r0, m00, m01);
+                row(r1, m10, m11);
+              } else {  // plus_zero on the bits, then each window's value in both halves of its lane
+                __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(gyp + oh * g.out_w + ow));
+                const __m128i mag = _mm_and_si128(v, _mm_set1_epi16(0x7fff));
+                v = _mm_andnot_si128(_mm_cmpeq_epi16(mag, _mm_setzero_si128()), v);
+                v = _mm_or_si128(v, _mm_and_si128(_mm_cmpgt_epi16(mag, _mm_set1_epi16(0x7f80)), _mm_set1_epi16(0x40)));
+                const __m128i both = _mm_unpacklo_epi16(v, v);
+                const __m128i lo = _mm_set1_epi32(0x0000ffff), hi = _mm_set1_epi32(std::int32_t(0xffff0000u));
+                const auto row = [&](T* r, __m128i left, __m128i right) {
+                  const __m128i keep = _mm_or_si128(_mm_and_si128(left, lo), _mm_and_si128(right, hi));
+                  _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 2 * ow), _mm_and_si128(both, keep));
+                };
+                row(r0, m00, m01);
+                row(r1, m10, m11);
+              }
+            }
+          }
+#endif
+          for (; ow < g.out_w; ++ow) {
+            const std::int64_t k = ip[oh * g.out_w + ow] - (base + 2 * ow);  // 0, 1, width, width + 1
+            const T v = plus_zero(gyp[oh * g.out_w + ow]);
+            r0[2 * ow] = k == 0 ? v : zero;
+            r0[2 * ow + 1] = k == 1 ? v : zero;
+            r1[2 * ow] = k == g.width ? v : zero;
+            r1[2 * ow + 1] = k == g.width + 1 ? v : zero;
+          }
+          if (g.width > 2 * g.out_w) r0[g.width - 1] = r1[g.width - 1] = zero;  // an odd width's last column
+        }
+        if (g.height > 2 * g.out_h) std::fill(gp + (g.height - 1) * g.width, gp + g.height * g.width, zero);
+      });
+      return;
+    }
     for_planes(g, planes, [&](index_t p) {
       T* gp = gx + p * g.height * g.width;
       std::fill(gp, gp + g.height * g.width, T(C(0)));
@@ -208,6 +294,20 @@ struct pool<cpu> {
   }
 
  private:
+  /// T(0 + v) with no arithmetic for bfloat16: -0 becomes +0 and a NaN is made quiet, as the
+  /// float sum and its rounding do; every other value is itself.
+  template <class T>
+  static T plus_zero(T v) {
+    if constexpr (std::is_same_v<T, bfloat16>) {
+      std::uint16_t b = v.bits();
+      b = (b & 0x7fffu) == 0 ? std::uint16_t(0) : b;
+      b = (b & 0x7fffu) > 0x7f80u ? std::uint16_t(b | 0x0040u) : b;
+      return bfloat16::from_bits(b);
+    } else {
+      return T(compute_t<T>(v) + compute_t<T>(0));
+    }
+  }
+
   template <class F>
   static void for_planes(const pool2d_geometry& g, index_t planes, F&& f) {
     const bool big = planes > 1 && planes * std::max(g.height * g.width, g.out_h * g.out_w) >= 32768;
