@@ -1,6 +1,8 @@
 // The backward engine: accumulation, ordering, hooks, retain_graph, no_grad, errors.
 #include <catch2/catch.hpp>
 
+#include <optional>
+
 #include "trainkit/trainkit.hpp"
 
 using namespace trainkit;
@@ -124,4 +126,27 @@ TEST_CASE("deep graphs do not overflow the stack", "[autograd]") {
   for (int i = 0; i < 20000; ++i) y = y * 1.0;
   autograd::sum(y).backward();
   REQUIRE(x.grad().item() == 1.0);
+}
+
+TEST_CASE("a leaf keeps the gradient its consumer made, without a copy", "[autograd][memory]") {
+  // PyTorch's AccumulateGrad steals a gradient nobody else holds; so does accumulate_grad. The
+  // engine must hand the tensor on as its only owner (node::apply_flow moves it out of the
+  // grad_flow): a copy here cost a pass over every parameter's gradient in every step.
+  for (const bool mixed : {false, true}) {
+    INFO((mixed ? "under mixed_bf16" : "fp32"));
+    autograd::var<float> w(tensor<float>::from_vector({1, 2, 3, 4, 5, 6}, {2, 3}), true);
+    autograd::var<float> x(tensor<float>::from_vector({1, -1, 2}, {1, 3}));
+    const float* arrived = nullptr;
+    w.register_hook([&](const tensor<float>& g) {
+      arrived = g.data();
+      return tensor<float>();  // keep g
+    });
+    {
+      std::optional<amp::autocast<amp::mixed_bf16>> scope;
+      if (mixed) scope.emplace();
+      autograd::sum(autograd::linear(x, w)).backward();
+    }
+    REQUIRE(arrived != nullptr);
+    CHECK(w.grad().data() == arrived);
+  }
 }

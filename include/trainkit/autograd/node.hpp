@@ -50,8 +50,14 @@ struct grad_flow {
   bool is_narrow() const noexcept { return !full.defined() && bf16.defined(); }
   const shape& sizes() const { return full.defined() ? full.sizes() : bf16.sizes(); }
   /// The gradient as T (a widening copy when it is held in bfloat16).
-  tensor<T, Device> widened() const {
+  tensor<T, Device> widened() const& {
     if (full.defined() || !bf16.defined()) return full;
+    return cast<T>(bf16);
+  }
+  /// The same, moving an fp32 gradient out: a node that consumes its gradient hands the tensor on
+  /// as the only owner, so accumulate_grad can keep it as the leaf's grad without a copy.
+  tensor<T, Device> widened() && {
+    if (full.defined() || !bf16.defined()) return std::move(full);
     return cast<T>(bf16);
   }
 };
@@ -77,7 +83,7 @@ class node {
   /// apply() for a gradient that may be held in bfloat16; nodes whose op reads bf16 gradients
   /// (autograd/function.hpp) override it, the others see it widened.
   virtual std::vector<grad_flow<T, Device>> apply_flow(grad_flow<T, Device> grad) {
-    auto r = apply(grad.widened());
+    auto r = apply(std::move(grad).widened());
     return std::vector<grad_flow<T, Device>>(std::make_move_iterator(r.begin()), std::make_move_iterator(r.end()));
   }
   virtual void release() {}
