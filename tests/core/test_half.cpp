@@ -434,3 +434,27 @@ TEST_CASE("tensor casts float <-> half and round_to<half> give half's own bits",
   for (trainkit::index_t i = 0; i < strided.numel(); i += 997)
     REQUIRE(strided.data()[i].bits() == half(in[std::size_t(2 * i)]).bits());
 }
+
+TEST_CASE("rounded_to rounds a handed-over tensor in place and never writes a shared one", "[half]") {
+  using trainkit::tensor;
+  const std::vector<float> v{1.0f + 1.0f / 4096, -3.14159265f, 65504.0f, 1e-8f, 70000.0f, 0.1f, 2.5f, -0.0f, 1e6f};
+  std::vector<float> want;
+  for (float f : v) want.push_back(float(half(f)));
+  // Handed over (std::move, nobody else holds it): rounded in its own storage.
+  auto t = tensor<float>::from_vector(v, {3, 3});
+  const float* storage = t.data();
+  auto r = trainkit::rounded_to<half>(std::move(t));
+  CHECK(r.data() == storage);
+  CHECK(std::memcmp(r.to_vector().data(), want.data(), want.size() * sizeof(float)) == 0);
+  // Shared (a copy of the handle, or a view of it is alive): a new tensor, the original untouched.
+  auto a = tensor<float>::from_vector(v, {3, 3});
+  const auto view = a.t();
+  auto b = trainkit::rounded_to<half>(a);
+  CHECK(b.data() != a.data());
+  CHECK(a.to_vector() == v);
+  CHECK(std::memcmp(b.to_vector().data(), want.data(), want.size() * sizeof(float)) == 0);
+  auto c = trainkit::rounded_to<trainkit::bfloat16>(tensor<float>(view));
+  CHECK(a.to_vector() == v);
+  CHECK(c.sizes() == view.sizes());
+  CHECK(c.to_vector()[1] == float(trainkit::bfloat16(v[3])));  // view [0][1] = a[1][0]
+}

@@ -81,13 +81,14 @@ void bias_rows_into(tensor<G, D>& out, const tensor<T, D>& bias) {
     copy_(out, to_gemm<G, Compute>(bias).unsqueeze(0));
 }
 
-/// A GEMM result (G elements) rounded to Compute and returned as T elements.
+/// A GEMM result (G elements) rounded to Compute and returned as T elements (in place when the
+/// result is widened fp32 and handed over).
 template <class T, class Compute, class G, class D>
-tensor<T, D> from_gemm(const tensor<G, D>& t) {
+tensor<T, D> from_gemm(tensor<G, D> t) {
   if constexpr (std::is_same_v<G, Compute>)
     return cast<T>(t);
   else if constexpr (std::is_same_v<G, T>)
-    return map(functors::round_to<Compute>{}, t);
+    return rounded_to<Compute>(std::move(t));
   else
     return cast<T>(cast<Compute>(t));
 }
@@ -131,10 +132,10 @@ std::vector<autograd::grad_flow<T, D>> gradients_kept_bf16(R&& r, const std::vec
 
 /// Each input gradient of a plain op's backward (run on G) rounded to Compute, as T.
 template <class T, class Compute, class G, class D, class R>
-std::vector<tensor<T, D>> gradients_from_gemm(const R& r, const std::vector<bool>& needs) {
+std::vector<tensor<T, D>> gradients_from_gemm(R r, const std::vector<bool>& needs) {
   std::vector<tensor<T, D>> out(needs.size());
   for (std::size_t i = 0; i < needs.size() && i < r.size(); ++i)
-    if (needs[i] && r[i].defined()) out[i] = from_gemm<T, Compute>(r[i]);
+    if (needs[i] && r[i].defined()) out[i] = from_gemm<T, Compute>(std::move(r[i]));
   return out;
 }
 
@@ -244,7 +245,7 @@ autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T
     return b.defined() ? autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w, b)
                        : autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w);
   } else {
-    auto yt = from_gemm<T, Compute>(y);
+    auto yt = from_gemm<T, Compute>(std::move(y));
     auto r = b.defined() ? autograd::record(std::forward<Op>(op), std::move(yt), x, w, b)
                          : autograd::record(std::forward<Op>(op), std::move(yt), x, w);
     r.set_precision(autograd::precision_of<Compute>);  // its values are Compute values (value_precision)

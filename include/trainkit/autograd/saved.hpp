@@ -25,12 +25,13 @@ inline constexpr value_precision precision_of = std::is_same_v<C, bfloat16> ? va
                                                 : std::is_same_v<C, half>   ? value_precision::half
                                                                             : value_precision::full;
 
-/// t with every value rounded to p's type (t itself for full).
+/// t with every value rounded to p's type (t itself for full); in place when t is handed over as
+/// the only holder of its storage (rounded_to).
 template <class T, class D>
-tensor<T, D> round_to_precision(const tensor<T, D>& t, value_precision p) {
+tensor<T, D> round_to_precision(tensor<T, D> t, value_precision p) {
   switch (p) {
-    case value_precision::bfloat16: return map(::trainkit::functors::round_to<bfloat16>{}, t);
-    case value_precision::half: return map(::trainkit::functors::round_to<half>{}, t);
+    case value_precision::bfloat16: return rounded_to<bfloat16>(std::move(t));
+    case value_precision::half: return rounded_to<half>(std::move(t));
     default: return t;
   }
 }

@@ -84,6 +84,19 @@ tensor<To, D> cast(const tensor<From, D>& a) {
   }
 }
 
+/// t's values rounded to those of C (half, bfloat16), kept as T: in place when t is the only
+/// holder of its storage (a fresh result handed over with std::move), else in a new tensor.
+/// In place saves the new tensor and a write stream: a 16-bit precision scope rounds every GEMM
+/// result and batch-norm output of its fp32-held values this way.
+template <class C, class T, class D>
+tensor<T, D> rounded_to(tensor<T, D> t) {
+  if (t.storage_ptr() && t.storage_ptr().use_count() == 1) {
+    detail::launch(detail::assign_fn<functors::round_to<C>, T, T>{{}}, t, t);
+    return t;
+  }
+  return map(functors::round_to<C>{}, t);
+}
+
 // ---- named ops (no autograd; autograd/ops wraps them) ---------------------------------------
 #define TRAINKIT_UNARY(name)                          \
   template <class T, class D>                         \

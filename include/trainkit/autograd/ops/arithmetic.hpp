@@ -118,7 +118,7 @@ var<T, D> add(const var<T, D>& x, const var<T, D>& y, double alpha = 1.0) {
   auto out = alpha == 1.0 ? trainkit::add(x.value(), y.value())
                           : map(::trainkit::functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
   const value_precision p = x.precision() == y.precision() ? x.precision() : value_precision::full;
-  out = round_to_precision(out, p);
+  out = round_to_precision(std::move(out), p);
   auto r = record(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
   r.set_precision(p);
   return r;

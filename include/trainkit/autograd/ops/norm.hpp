@@ -176,7 +176,7 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
   // 16-bit input values (a precision scope's convolution): the output is rounded to them, as
   // PyTorch's batch norm returns a bf16/fp16 tensor for one, and the input is saved in 16 bits.
   const value_precision p = x.precision();
-  y = round_to_precision(y, p);
+  y = round_to_precision(std::move(y), p);
   ops::batch_norm<T, D> op{saved_tensor<T, D>::narrowed(xv, p), wv, save_mean, save_invstd, x.sizes(), n, c, s,
                            use_batch, ws, bs};
   auto out = record(std::move(op), std::move(y), in.list);
