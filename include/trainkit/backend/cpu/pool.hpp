@@ -26,8 +26,7 @@ template <>
 struct pool<cpu> {
   template <class T>
   static void max_forward(const pool2d_geometry& g, index_t planes, const T* x, T* y, std::int64_t* argmax) {
-    const bool window_2x2 =
-        g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0;
+    const bool window_2x2 = is_window_2x2(g);
 #if TRAINKIT_HAS_ONEDNN
     // Not for bfloat16 2x2 windows under the automatic route: the vector loop below is one pass;
     // oneDNN needs a finiteness pass before and an argmax pass after its own.
@@ -43,7 +42,6 @@ struct pool<cpu> {
     const auto better = [](C v, C best) { return (v > best) | ((v != v) & (best == best)); };
     if (window_2x2) {
       // The common 2x2 window, stride 2: the four values of each window in scan order.
-      [[maybe_unused]] const bool index32 = g.height * g.width <= std::numeric_limits<std::int32_t>::max();
       for_planes(g, planes, [&](index_t p) {
         const T* xp = x + p * g.height * g.width;
         T* yp = y + p * g.out_h * g.out_w;
@@ -52,18 +50,14 @@ struct pool<cpu> {
           const T* r0 = xp + 2 * oh * g.width;
           const T* r1 = r0 + g.width;
           const index_t base = 2 * oh * g.width;
-          index_t ow = 0;
+          index_t scalar_from = 0;  // the windows the vector steps leave
 #if TRAINKIT_CPU_SSE2_POOL
           // Four windows per step with SSE2 compares and selects: the compiler turned the scalar
           // selects below back into branches, which mispredict on activations (half of them
           // zeros after a ReLU): 16 ms of a 69 ms CNN step on this loop, 3 ms on patterned data.
-          // A row whose width is not a multiple of 4 ends with a step that overlaps the one before
-          // (the same windows, written again with the same values), and the indices are formed
-          // in 32-bit lanes and widened, so the plane must fit in int32 (checked once, above).
+          // The indices are formed in 32-bit lanes and widened (steps_of_4_windows).
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
-            for (bool more = index32 && g.out_w >= 4; more; ow += 4) {
-              if (ow + 4 > g.out_w) ow = g.out_w - 4;  // the overlapping last step
-              more = ow + 4 < g.out_w;
+            scalar_from = steps_of_4_windows(g, [&](index_t ow) {
               const index_t w = 2 * ow;
               __m128 r0a, r0b, r1a, r1b;
               if constexpr (std::is_same_v<T, float>) {
@@ -103,10 +97,10 @@ struct pool<cpu> {
               std::int64_t* out = ip + oh * g.out_w + ow;
               _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm_unpacklo_epi32(at, z));
               _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 2), _mm_unpackhi_epi32(at, z));
-            }
+            });
           }
 #endif
-          for (; ow < g.out_w; ++ow) {
+          for (index_t ow = scalar_from; ow < g.out_w; ++ow) {
             const index_t w = 2 * ow;
             C best = C(r0[w]);
             index_t at = base + w;
@@ -158,12 +152,11 @@ struct pool<cpu> {
   template <class T>
   static void max_backward(const pool2d_geometry& g, index_t planes, const T* gy, const std::int64_t* argmax, T* gx) {
     using C = compute_t<T>;
-    if (g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0) {
+    if (is_window_2x2(g)) {
       // 2x2 windows, stride 2: each input belongs to one window, so the gradient is written once,
       // row pair by row pair, with no zero fill and no scattered read-modify-write (a bf16 one
       // rounds each sum). 0 + g, as the scatter computes it: -0 becomes +0, as in PyTorch.
       const T zero = T(C(0));
-      [[maybe_unused]] const bool index32 = g.height * g.width <= std::numeric_limits<std::int32_t>::max();
       for_planes(g, planes, [&](index_t p) {
         T* gp = gx + p * g.height * g.width;
         const T* gyp = gy + p * g.out_h * g.out_w;
@@ -172,7 +165,7 @@ struct pool<cpu> {
           T* r0 = gp + 2 * oh * g.width;
           T* r1 = r0 + g.width;
           const std::int64_t base = 2 * oh * g.width;
-          index_t ow = 0;
+          index_t scalar_from = 0;
 #if TRAINKIT_CPU_SSE2_POOL
           // Four windows per step, as in the forward (the scalar selects below compile to branches
           // that mispredict): each window's offset of its argmax (0, 1, width, width + 1) becomes
@@ -180,9 +173,7 @@ struct pool<cpu> {
           if constexpr (std::is_same_v<T, float> || std::is_same_v<T, bfloat16>) {
             const __m128i off1 = _mm_set1_epi32(1), offw = _mm_set1_epi32(std::int32_t(g.width));
             const __m128i offw1 = _mm_set1_epi32(std::int32_t(g.width + 1));
-            for (bool more = index32 && g.out_w >= 4; more; ow += 4) {
-              if (ow + 4 > g.out_w) ow = g.out_w - 4;
-              more = ow + 4 < g.out_w;
+            scalar_from = steps_of_4_windows(g, [&](index_t ow) {
               const std::int64_t* ix = ip + oh * g.out_w + ow;
               const std::int64_t b = base + 2 * ow;
               const __m128i d01 = _mm_sub_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ix)),
@@ -216,10 +207,10 @@ struct pool<cpu> {
                 row(r0, m00, m01);
                 row(r1, m10, m11);
               }
-            }
+            });
           }
 #endif
-          for (; ow < g.out_w; ++ow) {
+          for (index_t ow = scalar_from; ow < g.out_w; ++ow) {
             const std::int64_t k = ip[oh * g.out_w + ow] - (base + 2 * ow);  // 0, 1, width, width + 1
             const T v = plus_zero(gyp[oh * g.out_w + ow]);
             r0[2 * ow] = k == 0 ? v : zero;
@@ -294,6 +285,26 @@ struct pool<cpu> {
   }
 
  private:
+  /// The 2x2 window with stride 2 and no padding, which has its own vector loops.
+  static bool is_window_2x2(const pool2d_geometry& g) {
+    return g.kernel_h == 2 && g.kernel_w == 2 && g.stride_h == 2 && g.stride_w == 2 && g.pad_h == 0 && g.pad_w == 0;
+  }
+
+  /// Runs step(ow) over a row of 2x2 windows four at a time: ow = 0, 4, 8, ..., and where out_w is
+  /// not a multiple of 4 a last step at out_w - 4 that overlaps the one before (the same windows,
+  /// written again with the same values). Returns the first window left to the scalar loop:
+  /// out_w, or 0 when the row is shorter than 4 windows or the plane's indices do not fit the
+  /// 32-bit lanes the steps form them in.
+  template <class F>
+  static index_t steps_of_4_windows(const pool2d_geometry& g, F&& step) {
+    if (g.out_w < 4 || g.height * g.width > std::numeric_limits<std::int32_t>::max()) return 0;
+    for (index_t ow = 0;; ow += 4) {
+      if (ow + 4 > g.out_w) ow = g.out_w - 4;
+      step(ow);
+      if (ow + 4 == g.out_w) return g.out_w;
+    }
+  }
+
   /// T(0 + v) with no arithmetic for bfloat16: -0 becomes +0 and a NaN is made quiet, as the
   /// float sum and its rounding do; every other value is itself.
   template <class T>
