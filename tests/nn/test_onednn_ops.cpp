@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "support/cpu.hpp"
 #include "support/gradcheck.hpp"
 #include "trainkit/trainkit.hpp"
 
@@ -203,6 +204,7 @@ TEST_CASE("oneDNN conv2d gradients match finite differences through the autograd
 }
 
 TEST_CASE("oneDNN conv2d in bfloat16 matches fp32 within bfloat16 precision", "[onednn][conv][bf16]") {
+  TRAINKIT_SKIP_UNLESS(backend::onednn_supports<bf16>(), "oneDNN has no bf16 kernels on this CPU");
   route_scope r(cpu_conv_route::onednn);
   std::mt19937 rng(13);
   auto to_bf16 = [](std::vector<float> v) {  // inputs both runs read exactly
@@ -323,6 +325,7 @@ TEST_CASE("max pooling keeps its NaN and -inf semantics on the oneDNN route", "[
 }
 
 TEST_CASE("oneDNN pooling in bfloat16 matches fp32 within bfloat16 precision", "[onednn][pool][bf16]") {
+  TRAINKIT_SKIP_UNLESS(backend::onednn_supports<bf16>(), "oneDNN has no bf16 kernels on this CPU");
   route_scope r(cpu_conv_route::onednn);
   std::mt19937 rng(22);
   for (const auto& k : pool_cases) {
@@ -412,6 +415,7 @@ TEST_CASE("oneDNN batch norm matches the built-in kernels in fp32", "[onednn][no
 }
 
 TEST_CASE("oneDNN batch norm in bfloat16 matches fp32 within bfloat16 precision", "[onednn][norm][bf16]") {
+  TRAINKIT_SKIP_UNLESS(backend::onednn_supports<bf16>(), "oneDNN has no bf16 kernels on this CPU");
   route_scope r(cpu_conv_route::onednn);
   std::mt19937 rng(32);
   for (bool training : {true, false}) {

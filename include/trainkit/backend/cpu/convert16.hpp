@@ -19,10 +19,10 @@
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/half.hpp"
 #include "trainkit/core/shape.hpp"  // index_t
+#include "trainkit/backend/cpu/cpu_features.hpp"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
 #define TRAINKIT_CPU_F16C_DISPATCH 1
-#include <cpuid.h>
 #include <immintrin.h>
 #else
 #define TRAINKIT_CPU_F16C_DISPATCH 0
@@ -34,21 +34,9 @@
 namespace trainkit::backend::cpu_convert {
 
 #if TRAINKIT_CPU_F16C_DISPATCH
-/// This CPU has F16C and AVX, and the OS saves the YMM registers (asked once, with CPUID: clang's
-/// __builtin_cpu_supports knows no "f16c").
-inline bool has_f16c() noexcept {
-  static const bool yes = [] {
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
-    const bool osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u, f16c = (c >> 29) & 1u;
-    if (!(osxsave && avx && f16c)) return false;
-    unsigned lo = 0, hi = 0;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    (void)hi;
-    return (lo & 6u) == 6u;  // XMM and YMM state enabled
-  }();
-  return yes;
-}
+/// This CPU has F16C and AVX, the OS saves the YMM registers, and the ISA limit allows AVX
+/// (cpu_features.hpp: clang's __builtin_cpu_supports knows no "f16c").
+inline bool has_f16c() noexcept { return cpu_features::current().f16c; }
 
 __attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* in, std::uint16_t* out, index_t n) {
   index_t i = 0;

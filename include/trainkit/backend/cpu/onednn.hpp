@@ -42,6 +42,7 @@
 #include "trainkit/core/device.hpp"  // detail::dependent_false
 #include "trainkit/core/dtype.hpp"
 #include "trainkit/core/half.hpp"
+#include "trainkit/backend/cpu/cpu_features.hpp"
 #endif
 
 namespace trainkit::backend {
@@ -163,7 +164,25 @@ class onednn_context {
   static constexpr std::size_t max_entries = 1024;
 
  private:
-  onednn_context() : engine_(dnnl::engine::kind::cpu, 0) {}
+  onednn_context() : engine_((hand_over_isa_limit(), dnnl::engine(dnnl::engine::kind::cpu, 0))) {}
+
+  /// TRAINKIT_MAX_CPU_ISA limits oneDNN too (its own ONEDNN_MAX_CPU_ISA it reads itself). Before the
+  /// first primitive: oneDNN fixes its ISA then.
+  static void hand_over_isa_limit() {
+    using cpu_features::isa;
+    if (cpu_features::limit_variable() != "TRAINKIT_MAX_CPU_ISA" || cpu_features::max_isa() == isa::all) return;
+    static constexpr dnnl::cpu_isa to_onednn[] = {
+        dnnl::cpu_isa::sse41,       dnnl::cpu_isa::avx,
+        dnnl::cpu_isa::avx2,        dnnl::cpu_isa::avx2_vnni,
+        dnnl::cpu_isa::avx512_core, dnnl::cpu_isa::avx512_core_vnni,
+        dnnl::cpu_isa::avx512_core_bf16, dnnl::cpu_isa::avx512_core_bf16,  // oneDNN 2.x has no fp16 tier
+        dnnl::cpu_isa::avx512_core_amx,  dnnl::cpu_isa::all};
+    try {
+      dnnl::set_max_cpu_isa(to_onednn[std::size_t(cpu_features::max_isa())]);
+    } catch (const dnnl::error&) {
+      // oneDNN built without DNNL_ENABLE_MAX_CPU_ISA, or it already dispatched: its own choice stands
+    }
+  }
 
   std::shared_ptr<const onednn_gemm_entry> create(const onednn_gemm_key& key) {
     using dims = dnnl::memory::dims;
@@ -264,6 +283,14 @@ bool onednn_supports() {
     return detail::onednn_context::get().find(key)->supported;
   }();
   return ok;
+}
+
+#else
+
+/// Without oneDNN no type has a oneDNN GEMM.
+template <class T>
+bool onednn_supports() {
+  return false;
 }
 
 #endif  // TRAINKIT_HAS_ONEDNN
