@@ -6,7 +6,8 @@
 #                                 at most 40 MB (GPU_PACK_MAX_BYTES), to carry to the GPU machine
 #   scripts/gpu-check.sh          there, with build-gpupack/ carried along: only runs what was built
 #
-# With the device tool: run(command="scripts/gpu-check.sh", carry=["build-gpupack"], timeout_s=420).
+# On the GPU machine: a copy of this checkout with build-gpupack/ beside scripts/, then
+# `scripts/gpu-check.sh` (give it 7 minutes).
 #
 # build-gpupack/ holds
 #   payload.tar.xz      bin/: the stripped CUDA binaries (every test_cuda_*, bench_cuda_train_step,
@@ -478,7 +479,8 @@ fi
 log="$out/tests.log"
 data="$pack/fashion-mnist"
 for b in "${built[@]}"; do
-  [[ "$b" == *_cuda && "$b" != test_* && "$b" != bench_* ]] || continue
+  # The DDP example takes no --precision: its runs (NCCL, MPI + int8) are in section 4 above.
+  [[ "$b" == *_cuda && "$b" != test_* && "$b" != bench_* && "$b" != *_ddp_* ]] || continue
   if [[ -f "$data/train-images-idx3-ubyte.gz" ]]; then
     for prec in fp32 bf16; do
       runbin "$b --precision $prec (1 epoch)" 60 "$log" "$root/bin/$b" --data "$data" --epochs 1 --precision "$prec"

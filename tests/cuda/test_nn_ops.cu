@@ -405,6 +405,10 @@ TEST_CASE("compression codecs encode the host's bytes on device buffers", "[cuda
   x.at({300}) = 0.0f;
   for (index_t i = 512; i < 768; ++i) x.at({i}) = 1e-35f;  // a block below int8's smallest scale
   x.at({1000}) = std::numeric_limits<float>::infinity();   // a non-finite block
+  // A NaN with its sign and a payload set: arithmetic on it gives its payload on the host and
+  // 0x7fffffff on the GPU, so the codecs must write one fixed NaN (0x7fc00000) on both.
+  x.at({2000}) = tk::detail::bit_cast<float>(std::uint32_t(0xffc00123u));
+  x.at({4100}) = tk::detail::bit_cast<float>(std::uint32_t(0x7f800001u));  // a signalling NaN
   const auto xd = x.to<cuda>();
   auto run = [&]<class C>(C) {
     INFO("codec " << C::name);

@@ -3,7 +3,10 @@
 // Catch2's assertions are not thread-safe: rank threads only record, the test thread checks.
 #include <catch2/catch.hpp>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -143,6 +146,35 @@ TEST_CASE("compression: a non-finite block decodes to NaN and leaves no residual
   for (index_t i = 0; i < B; ++i) REQUIRE(std::isnan(sent[static_cast<std::size_t>(i)]));  // the loss scaler sees it
   for (index_t i = B; i < 2 * B; ++i) REQUIRE(sent[static_cast<std::size_t>(i)] == 1.0f);
   for (float r : residual) REQUIRE(r == 0.0f);  // nothing poisons the next steps
+}
+
+TEMPLATE_TEST_CASE("compression: a block with a NaN or inf writes and decodes to the one NaN 0x7fc00000",
+                   "[dist][compression]", dist::int8_block<16>, dist::sign_1bit_block<16>) {
+  // A GPU encodes the same bytes (tests/cuda/test_nn_ops.cu): NaN arithmetic keeps the operand's
+  // payload on x86 and gives 0x7fffffff on a GPU, so the codecs select a fixed NaN instead.
+  using C = TestType;
+  constexpr index_t B = 16;
+  const auto bits = [](float f) { return std::bit_cast<std::uint32_t>(f); };
+  for (std::uint32_t nan : {0xffc00123u, 0x7f800001u, 0x7fc00000u, 0xff800000u /* -inf */}) {
+    CAPTURE(nan);
+    std::vector<float> x(2 * B, -0.5f);
+    x[5] = std::bit_cast<float>(nan);
+    std::vector<std::uint8_t> wire(C::wire_bytes(2 * B));
+    C::encode(x.data(), 2 * B, wire.data());
+    std::uint32_t scale = 0;
+    std::memcpy(&scale, wire.data(), 4);
+    const bool is_inf = nan == 0xff800000u;
+    if (!is_inf || std::is_same_v<C, dist::int8_block<B>>) REQUIRE(scale == 0x7fc00000u);  // int8: NaN for inf too
+    else REQUIRE(scale == 0x7f800000u);  // 1-bit: mean |x| = +inf
+    std::vector<float> y(2 * B, 1.0f);
+    C::decode(wire.data(), 2 * B, y.data());
+    for (index_t i = 0; i < B; ++i) {
+      const auto got = bits(y[static_cast<std::size_t>(i)]);
+      if (scale == 0x7fc00000u) REQUIRE(got == 0x7fc00000u);
+      else REQUIRE((got == 0x7f800000u || got == 0xff800000u));
+    }
+    for (index_t i = B; i < 2 * B; ++i) REQUIRE(std::isfinite(y[static_cast<std::size_t>(i)]));
+  }
 }
 
 TEMPLATE_TEST_CASE("compression: error feedback - what was sent sums to the true gradients minus the residual",

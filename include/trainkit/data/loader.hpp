@@ -132,6 +132,13 @@ concept batch_memory = requires(shape s) {
   { M::template empty<std::int64_t>(s) } -> std::same_as<tensor<std::int64_t>>;
 };
 
+/// A batch_memory that binds the worker threads to the context of the thread that starts them (the
+/// CUDA model: the device current there, so that a rank's pinned buffers and their events belong to
+/// its GPU, not to device 0): `worker_context()` is read on the thread that starts the workers and
+/// `enter_worker(context)` is the first call on each worker.
+template <class M>
+concept binds_workers = requires { M::enter_worker(M::worker_context()); };
+
 /// Ordinary (pageable) host memory from allocator<cpu>: the CPU model. The CUDA backend supplies
 /// a pinned (page-locked, cudaHostAlloc) model, so that copying a batch to the GPU can be
 /// asynchronous; the loader is the same, only this parameter changes.
@@ -387,7 +394,16 @@ class data_loader {
   void start_workers() {
     if (!threads_.empty() || next_claim_ >= n_batches_) return;
     try {
-      for (index_t w = 0; w < o_.num_workers; ++w) threads_.emplace_back([this] { worker(); });
+      if constexpr (binds_workers<Memory>) {
+        const auto context = Memory::worker_context();
+        for (index_t w = 0; w < o_.num_workers; ++w)
+          threads_.emplace_back([this, context] {
+            Memory::enter_worker(context);
+            worker();
+          });
+      } else {
+        for (index_t w = 0; w < o_.num_workers; ++w) threads_.emplace_back([this] { worker(); });
+      }
     } catch (...) {
       stop_workers();  // the threads that did start
       throw;

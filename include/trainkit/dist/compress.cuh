@@ -104,7 +104,7 @@ __global__ void __launch_bounds__(block_threads) compress_encode_sign_kernel(con
     for (int j = 0; j < 8; ++j) s[j] += xb[i + j] < 0.0f ? -xb[i + j] : xb[i + j];
   for (; i < B; ++i) s[0] += xb[i] < 0.0f ? -xb[i] : xb[i];
   const float sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-  store_scale(ob, sum / static_cast<float>(B));
+  store_scale(ob, dd::compress_sign_scale_fn{}(sum, B));
   for (index_t k = 0; k < B / 8; ++k) {
     unsigned byte = 0;
     for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(dd::compress_sign_bit_fn{}(xb[8 * k + j])) << j;

@@ -7,6 +7,8 @@
 //   dist::host_staged<dist::mpi> comm(world);
 //   comm.allreduce(device_ptr, n, dist::reduce_op::avg).wait();
 //
+// Host buffers (a model check's hashes, found_inf) go to Comm as they are, without staging; a call
+// with one buffer on the device and the other on the host is a usage_error.
 // Each call waits for the current stream (a host synchronisation) and returns complete; data_parallel
 // does better on host communicators by itself (its communication thread stages buckets while
 // backward goes on), so use this for the collectives of your own code.
@@ -20,6 +22,7 @@
 #include "trainkit/backend/cuda/error.cuh"
 #include "trainkit/backend/cuda/stream.cuh"
 #include "trainkit/backend/cuda/transfer.cuh"  // pinned_buffer
+#include "trainkit/core/error.hpp"
 #include "trainkit/dist/concepts.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
@@ -40,6 +43,7 @@ class host_staged {
 
   template <dist_element T>
   work allreduce(T* data, std::size_t n, reduce_op op) {
+    if (on_host("allreduce", data, data)) return comm_->allreduce(data, n, op);
     T* h = stage_in(data, n, 0);
     comm_->allreduce(h, n, op).wait();
     stage_out(h, data, n);
@@ -47,6 +51,7 @@ class host_staged {
   }
   template <dist_element T>
   work broadcast(T* data, std::size_t n, int root) {
+    if (on_host("broadcast", data, data)) return comm_->broadcast(data, n, root);
     T* h = stage_in(data, n, 0);
     comm_->broadcast(h, n, root).wait();
     stage_out(h, data, n);
@@ -54,6 +59,7 @@ class host_staged {
   }
   template <dist_element T>
   work allgather(const T* in, std::size_t n, T* out) {
+    if (on_host("allgather", in, out)) return comm_->allgather(in, n, out);
     const std::size_t all = n * static_cast<std::size_t>(size());
     reserve<T>(n + all);
     T* hi = stage_in(in, n, 0);
@@ -64,6 +70,7 @@ class host_staged {
   }
   template <dist_element T>
   work reduce_scatter(const T* in, T* out, std::size_t n_per_rank, reduce_op op) {
+    if (on_host("reduce_scatter", in, out)) return comm_->reduce_scatter(in, out, n_per_rank, op);
     const std::size_t all = n_per_rank * static_cast<std::size_t>(size());
     reserve<T>(all + n_per_rank);
     T* hi = stage_in(in, all, 0);
@@ -74,6 +81,7 @@ class host_staged {
   }
   template <dist_element T>
   work alltoall(const T* in, T* out, std::size_t n_per_rank) {
+    if (on_host("alltoall", in, out)) return comm_->alltoall(in, out, n_per_rank);
     const std::size_t all = n_per_rank * static_cast<std::size_t>(size());
     reserve<T>(2 * all);
     T* hi = stage_in(in, all, 0);
@@ -84,6 +92,14 @@ class host_staged {
   }
 
  private:
+  // Whether both buffers are host memory (true) or both device memory (false).
+  static bool on_host(const char* op, const void* in, const void* out) {
+    const bool din = backend::gpu::detail::is_device_memory(in);
+    const bool dout = in == out ? din : backend::gpu::detail::is_device_memory(out);
+    TRAINKIT_CHECK(din == dout, usage_error, "dist::host_staged",
+                   op << ": one buffer is in device memory and the other in host memory");
+    return !din;
+  }
   // The pinned buffer holds at least n elements (grown before a call stages anything into it).
   template <class T>
   void reserve(std::size_t n) {

@@ -23,6 +23,7 @@
 
 #include "trainkit/backend/cuda/error.cuh"
 #include "trainkit/backend/cuda/stream.cuh"  // the current stream collectives are ordered against
+#include "trainkit/backend/cuda/transfer.cuh"  // is_device_memory
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/half.hpp"
@@ -123,6 +124,8 @@ struct nccl_state {
   cudaEvent_t order = nullptr;           // recorded on the caller's stream, waited on by `stream`
   void* staging = nullptr;               // device copy of host buffers (staged collectives)
   std::size_t staging_bytes = 0;
+  void* host_staging = nullptr;          // pinned host copy of them: the copies stay asynchronous
+  std::size_t host_staging_bytes = 0;
   std::atomic<bool> broken{false};
   std::mutex m;
   std::string broken_reason;
@@ -154,6 +157,7 @@ struct nccl_state {
     }
     if (barrier_word != nullptr) cudaFree(barrier_word);
     if (staging != nullptr) cudaFree(staging);
+    if (host_staging != nullptr) cudaFreeHost(host_staging);
     if (order != nullptr) cudaEventDestroy(order);
     if (own_stream && stream != nullptr) cudaStreamDestroy(stream);
   }
@@ -424,14 +428,7 @@ class nccl {
   }
 
   /// Whether p is memory the device can use (device or managed); host buffers are staged.
-  static bool on_device(const void* p) {
-    cudaPointerAttributes a{};
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-      (void)cudaGetLastError();  // older runtimes: an unregistered host pointer is an error
-      return false;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-  }
+  static bool on_device(const void* p) { return backend::gpu::detail::is_device_memory(p); }
 
  private:
   void init(const ncclUniqueId& id, int device, cudaStream_t stream) {
@@ -467,8 +464,10 @@ class nccl {
   // A collective on buffers in[0, in_bytes) and out[0, out_bytes) (the same for in-place ones).
   // Device buffers: enqueued on stream() after the work the caller's current stream has enqueued
   // so far, and the current stream waits for the collective in turn: no host wait. Host buffers
-  // (small control messages: model checks, found_inf): copied through a device buffer, and the call
-  // returns complete (it waits, within the timeout).
+  // (small control messages: model checks, found_inf): copied through a pinned host buffer and a
+  // device buffer, and the call returns complete. Every copy on the stream is from or to pinned
+  // memory, so none blocks the host (a pageable copy would wait for the collective, out of reach of
+  // the timeout); the host waits on an event after the copy back, polled under the timeout.
   template <class Call>
   work run(const detail::collective_desc& desc, std::string_view name, const void* in, std::size_t in_bytes,
            void* out, std::size_t out_bytes, Call&& call) {
@@ -492,14 +491,25 @@ class nccl {
       cuda_check(cudaMalloc(&s_->staging, need), "cudaMalloc");
       s_->staging_bytes = need;
     }
+    if (s_->host_staging_bytes < need) {
+      if (s_->host_staging != nullptr) cuda_check(cudaFreeHost(s_->host_staging), "cudaFreeHost");
+      s_->host_staging = nullptr;
+      s_->host_staging_bytes = 0;
+      cuda_check(cudaMallocHost(&s_->host_staging, need), "cudaMallocHost");
+      s_->host_staging_bytes = need;
+    }
     auto* din = static_cast<std::uint8_t*>(s_->staging);
     auto* dout = in_place ? din : din + in_bytes;
-    cuda_check(cudaMemcpyAsync(din, in, in_bytes, cudaMemcpyHostToDevice, s_->stream), "cudaMemcpyAsync");
+    auto* hin = static_cast<std::uint8_t*>(s_->host_staging);
+    auto* hout = in_place ? hin : hin + in_bytes;
+    std::memcpy(hin, in, in_bytes);
+    cuda_check(cudaMemcpyAsync(din, hin, in_bytes, cudaMemcpyHostToDevice, s_->stream), "cudaMemcpyAsync");
     work w = launch(desc, name, [&] { return call(din, dout); }, false);
-    cuda_check(cudaMemcpyAsync(out, dout, out_bytes, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
+    cuda_check(cudaMemcpyAsync(hout, dout, out_bytes, cudaMemcpyDeviceToHost, s_->stream), "cudaMemcpyAsync");
     work done = launch(desc, name, [] { return ncclSuccess; }, false);  // an event after the copy back
-    done.wait();
+    done.wait();  // polled under the timeout: a dead peer aborts the communicator and throws here
     w.wait();
+    std::memcpy(out, hout, out_bytes);
     return {};
   }
 

@@ -8,6 +8,12 @@
 //   - a block is reused only on the stream it was allocated on (stream order makes that safe
 //     without events); record_stream(p, s) marks a block that another stream also uses, and
 //     its reuse then waits until events recorded on those streams at free time have completed;
+//   - a stream that is destroyed (gpu::stream's destructor, after its work has finished) is
+//     forgotten: live blocks drop it from their uses, and its cached blocks go back to the driver -
+//     blocks may outlive the streams that used them (a data_parallel's buckets outlive its side
+//     stream), and an event recorded on a destroyed stream is a crash;
+//   - the events of a block's uses belong to the block's device (recorded with that device
+//     current, kept per device for reuse);
 //   - when cudaMalloc fails (or the reserved limit is hit), every cached block of the device is
 //     released and the allocation retried once; a second failure throws runtime_failure saying
 //     how much was asked, allocated and reserved.
@@ -55,6 +61,7 @@ struct pending_block {
 struct device_pool {
   // (stream, size class) -> free blocks of that class allocated on that stream
   std::map<std::pair<cudaStream_t, std::size_t>, std::vector<device_block>> free;
+  std::vector<cudaEvent_t> spare_events;  // created on this device, recorded and completed
   std::size_t allocated = 0, peak = 0, reserved = 0, cached = 0, allocations = 0;
 };
 
@@ -63,25 +70,49 @@ struct allocator_state {
   std::unordered_map<void*, device_block> live;
   device_pool pools[max_devices];
   std::vector<pending_block> pending;
-  std::vector<cudaEvent_t> spare_events;
   std::size_t reserved_limit = 0;  // 0: no limit but the device's memory
 };
+
+void forget_stream(cudaStream_t st) noexcept;
 
 inline allocator_state& state() {
   // Leaked on purpose: tensors in static storage may be destroyed after any static here, and
   // cudaFree after the runtime has shut down fails anyway.
-  static allocator_state* s = new allocator_state;
+  static allocator_state* s = [] {
+    stream_destroyed_hook().store(&forget_stream, std::memory_order_release);
+    return new allocator_state;
+  }();
   return *s;
 }
 
-/// The size class of a request: a multiple of 512 B, then 4 (<= 1 MiB) or 8 steps per power of two.
+/// Makes device `d` current for a scope (the allocator's own: no checks, a destructor may use it).
+struct quiet_device_scope {
+  int previous = -1;
+  explicit quiet_device_scope(int d) noexcept {
+    if (cudaGetDevice(&previous) != cudaSuccess) {
+      (void)cudaGetLastError();
+      previous = -1;
+    }
+    if (previous != d && cudaSetDevice(d) != cudaSuccess) (void)cudaGetLastError();
+  }
+  ~quiet_device_scope() {
+    if (previous >= 0) (void)cudaSetDevice(previous);
+  }
+  quiet_device_scope(const quiet_device_scope&) = delete;
+  quiet_device_scope& operator=(const quiet_device_scope&) = delete;
+};
+
+/// The size class of a request: a multiple of 512 B, then 4 (<= 1 MiB) or 8 steps per power of two:
+/// (2^k, 2^(k+1)] is cut into steps of 2^(k-2) (2^(k-3)), so rounding adds less than 25 % (12.5 %),
+/// or at most the 512 B minimum step. (PyTorch rounds to 512 B below 1 MiB and to 2 MiB blocks
+/// above; its roundup_power2_divisions option is this rule.)
 inline std::size_t round_size(std::size_t bytes) noexcept {
   constexpr std::size_t min_block = 512;
   if (bytes <= min_block) return min_block;
   int log2 = 0;
   while ((std::size_t(1) << (log2 + 1)) < bytes) ++log2;  // 2^log2 < bytes <= 2^(log2 + 1)
   const int sub = bytes <= (std::size_t(1) << 20) ? 2 : 3;
-  std::size_t step = std::size_t(1) << std::max(0, log2 - sub + 1);
+  std::size_t step = std::size_t(1) << std::max(0, log2 - sub);
   step = std::max(step, min_block);
   return (bytes + step - 1) / step * step;
 }
@@ -103,7 +134,7 @@ inline void process_pending(allocator_state& s) {
       ++i;
       continue;
     }
-    for (cudaEvent_t e : p.events) s.spare_events.push_back(e);
+    for (cudaEvent_t e : p.events) s.pools[p.b.device].spare_events.push_back(e);
     device_block b = std::move(p.b);
     b.uses.clear();
     s.pools[b.device].free[{b.stream, b.size}].push_back(std::move(b));
@@ -137,6 +168,35 @@ inline void release_cached(allocator_state& s, int device) {
     pool.free.clear();
     (void)cudaGetLastError();
     if (previous != d) (void)cudaSetDevice(previous);
+  }
+}
+
+/// The hook of gpu::stream's destructor (the stream's work has finished): live blocks forget their
+/// uses of `st`; cached blocks allocated on it are returned to the driver (no stream can reuse them
+/// any more: a new stream may get the same handle, but nothing orders it after the old one).
+inline void forget_stream(cudaStream_t st) noexcept {
+  try {
+    allocator_state& s = state();
+    std::lock_guard<std::mutex> lock(s.m);
+    for (auto& [p, b] : s.live) std::erase(b.uses, st);
+    for (int d = 0; d < max_devices; ++d) {
+      device_pool& pool = s.pools[d];
+      for (auto it = pool.free.begin(); it != pool.free.end();) {
+        if (it->first.first != st) {
+          ++it;
+          continue;
+        }
+        quiet_device_scope scope(d);
+        for (device_block& b : it->second) {
+          if (cudaFree(b.ptr) != cudaSuccess) (void)cudaGetLastError();
+          pool.reserved -= b.size;
+          pool.cached -= b.size;
+        }
+        it = pool.free.erase(it);
+      }
+    }
+  } catch (...) {
+    // Nothing to report from a destructor; the blocks stay cached at worst.
   }
 }
 
@@ -204,18 +264,26 @@ struct allocator<cuda> {
         return;
       }
       g::detail::pending_block pb;
+      g::detail::quiet_device_scope scope(b.device);  // the streams and events of the block's device
       for (cudaStream_t u : b.uses) {
         cudaEvent_t e = nullptr;
-        if (!s.spare_events.empty()) {
-          e = s.spare_events.back();
-          s.spare_events.pop_back();
+        if (!pool.spare_events.empty()) {
+          e = pool.spare_events.back();
+          pool.spare_events.pop_back();
         } else if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) {
           (void)cudaGetLastError();
           g::detail::count_host_sync();
           (void)cudaStreamSynchronize(u);  // no event: wait here instead
           continue;
         }
-        (void)cudaEventRecord(e, u);
+        if (cudaEventRecord(e, u) != cudaSuccess) {  // not recorded: wait for the stream instead
+          (void)cudaGetLastError();
+          g::detail::count_host_sync();
+          (void)cudaStreamSynchronize(u);
+          (void)cudaGetLastError();
+          pool.spare_events.push_back(e);
+          continue;
+        }
         pb.events.push_back(e);
       }
       pb.b = std::move(b);

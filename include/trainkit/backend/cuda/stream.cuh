@@ -26,6 +26,16 @@ inline std::atomic<std::int64_t>& host_sync_counter() noexcept {
 /// Called wherever trainkit blocks the host on the device (stream, device and event
 /// synchronisation, a copy to the host).
 inline void count_host_sync() noexcept { host_sync_counter().fetch_add(1, std::memory_order_relaxed); }
+
+/// Called with every owned stream (gpu::stream) just before it is destroyed, after its work has
+/// finished: the caching allocator (allocator.cuh) sets it when it is first used, so that it
+/// forgets the stream (blocks that recorded a use on it outlive it: gradients in a data_parallel's
+/// buckets). nullptr until then.
+using stream_destroyed_fn = void (*)(cudaStream_t) noexcept;
+inline std::atomic<stream_destroyed_fn>& stream_destroyed_hook() noexcept {
+  static std::atomic<stream_destroyed_fn> hook{nullptr};
+  return hook;
+}
 }  // namespace detail
 
 /// How many times trainkit itself has blocked the host on the device so far, process-wide:
@@ -119,8 +129,14 @@ class stream {
     std::swap(s_, o.s_);
     return *this;
   }
+  /// Waits for the stream's work, tells the caching allocator that the stream is gone, destroys it.
   ~stream() {
-    if (s_ != nullptr) (void)cudaStreamDestroy(s_);
+    if (s_ == nullptr) return;
+    if (auto hook = detail::stream_destroyed_hook().load(std::memory_order_acquire)) {
+      if (cudaStreamSynchronize(s_) != cudaSuccess) (void)cudaGetLastError();  // a destructor cannot report
+      hook(s_);
+    }
+    (void)cudaStreamDestroy(s_);
   }
 
   cudaStream_t get() const noexcept { return s_; }

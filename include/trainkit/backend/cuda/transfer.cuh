@@ -169,6 +169,12 @@ inline pinned_pool& pinned_buffers() {
 /// and the host never waits. It is not counted by allocator<cpu>.
 struct pinned_memory {
   static constexpr bool pinned = true;
+  /// The loader's workers run on the device of the thread that starts them (data::binds_workers):
+  /// a worker thread's current device is 0 otherwise, and every rank would make a context there.
+  static int worker_context() { return current_device(); }
+  static void enter_worker(int device) noexcept {
+    if (cudaSetDevice(device) != cudaSuccess) (void)cudaGetLastError();  // the first allocation reports it
+  }
   template <element T>
   static tensor<T> empty(shape sizes) {
     const std::size_t n = static_cast<std::size_t>(numel(sizes));
@@ -223,6 +229,16 @@ inline bool is_pinned(const void* p) {
     return false;
   }
   return a.type == cudaMemoryTypeHost;
+}
+
+/// Whether p is memory a kernel can use (device or managed); host memory, pinned or pageable, is not.
+inline bool is_device_memory(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // older runtimes: an unregistered host pointer is an error
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
 }
 
 inline void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
@@ -281,6 +297,9 @@ inline void copy_device_to_host(void* dst, const void* src, std::size_t bytes) {
   auto issue = [&](std::size_t i) {
     const int k = int(i % 2);
     const std::size_t off = i * staging_area::chunk, len = std::min(staging_area::chunk, bytes - off);
+    // buf[k] may still be read by the DMA of an earlier host -> device copy, maybe on another
+    // stream: this copy into it waits for that one (on the device; the host goes on).
+    TRAINKIT_CUDA_CHECK(cudaStreamWaitEvent(st, s.done[k], 0));
     TRAINKIT_CUDA_CHECK_CTX(cudaMemcpyAsync(s.buf[k], d + off, len, cudaMemcpyDeviceToHost, st),
                             "device -> host copy of " << bytes << " bytes (chunk at " << off << ")");
     TRAINKIT_CUDA_CHECK(cudaEventRecord(s.done[k], st));

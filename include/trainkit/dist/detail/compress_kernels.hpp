@@ -25,6 +25,13 @@ namespace trainkit::dist::detail {
 
 // ---- functors -----------------------------------------------------------------------------------
 
+/// The one NaN the codecs write and decode to (0x7fc00000). Arithmetic on a NaN gives the operand's
+/// payload on an x86 CPU and the canonical 0x7fffffff on a GPU, so wherever a codec may produce a
+/// NaN it selects this pattern instead: host and device bytes stay identical.
+TRAINKIT_HD inline float compress_nan() { return trainkit::detail::bit_cast<float>(std::uint32_t(0x7fc00000u)); }
+/// v, or compress_nan() where v is a NaN.
+TRAINKIT_HD inline float compress_fixed_nan(float v) { return v != v ? compress_nan() : v; }
+
 /// float -> IEEE half bits, round to nearest even, exactly what trainkit::half(float) gives, in a
 /// few integer operations (F. Giesen's float_to_half_fast3_rtne). Finite values beyond fp16's range
 /// saturate to +-65504 (an overflow to inf would poison the error-feedback residual); inf and NaN
@@ -84,7 +91,7 @@ struct compress_bf16_decode_fn {
 /// block below 1e-30 (127 / absmax would overflow) is sent as zeros - error feedback keeps it.
 struct compress_int8_scale_fn {
   TRAINKIT_HD float operator()(float absmax, bool finite) const {
-    return !finite ? __builtin_nanf("") : (absmax < 1e-30f ? 0.0f : absmax / 127.0f);
+    return !finite ? compress_nan() : (absmax < 1e-30f ? 0.0f : absmax / 127.0f);
   }
 };
 
@@ -107,7 +114,7 @@ struct compress_int8_quantize_fn {
 };
 struct compress_int8_dequantize_fn {
   float scale;
-  TRAINKIT_HD float operator()(std::int8_t q) const { return static_cast<float>(q) * scale; }
+  TRAINKIT_HD float operator()(std::int8_t q) const { return compress_fixed_nan(static_cast<float>(q) * scale); }
 };
 
 /// One sign bit: set for x >= 0 (a zero decodes to +scale, which is 0 for an all-zero block).
@@ -116,7 +123,15 @@ struct compress_sign_bit_fn {
 };
 struct compress_sign_decode_fn {
   float scale;  // mean |x| of the block
-  TRAINKIT_HD float operator()(int bit) const { return scale * static_cast<float>(2 * bit - 1); }  // vectorizes
+  TRAINKIT_HD float operator()(int bit) const {  // vectorizes
+    return compress_fixed_nan(scale * static_cast<float>(2 * bit - 1));
+  }
+};
+/// A 1-bit block's scale: mean |x| (the sum taken in the host's order), compress_nan() for a NaN.
+struct compress_sign_scale_fn {
+  TRAINKIT_HD float operator()(float abssum, index_t B) const {
+    return compress_fixed_nan(abssum / static_cast<float>(B));
+  }
 };
 
 /// The new error-feedback residual: what was meant minus what was sent; 0 where that is not finite,
@@ -298,6 +313,7 @@ inline constexpr compress_sign_table compress_sign_lut = make_compress_sign_tabl
 /// order, four lanes at a time.
 template <bool Add>
 inline void compress_sign_row(float* out, const float* pm, float scale) {
+  scale = compress_fixed_nan(scale);  // x86 then passes this NaN on, as compress_sign_decode_fn does
 #if TRAINKIT_HAS_SSE2
   const __m128 s = _mm_set1_ps(scale);
   __m128 a = _mm_mul_ps(s, _mm_load_ps(pm)), b = _mm_mul_ps(s, _mm_load_ps(pm + 4));
@@ -323,7 +339,7 @@ inline void compress_encode_sign(const float* x, index_t n, index_t B, std::uint
   compress_for(nb, n, [&](index_t b) {
     const float* xb = x + b * B;
     std::uint8_t* ob = out + b * (4 + B / 8);
-    compress_store_scale(ob, compress_block_abssum(xb, B) / static_cast<float>(B));
+    compress_store_scale(ob, compress_sign_scale_fn{}(compress_block_abssum(xb, B), B));
     for (index_t k = 0; k < B / 8; ++k) ob[4 + k] = static_cast<std::uint8_t>(compress_sign_byte(xb + 8 * k));
   });
 }
@@ -334,7 +350,7 @@ inline void compress_encode_sign_residual(const float* x, index_t n, index_t B, 
     const float* xb = x + b * B;
     float* rb = residual + b * B;
     std::uint8_t* ob = out + b * (4 + B / 8);
-    const float scale = compress_block_abssum(xb, B) / static_cast<float>(B);
+    const float scale = compress_sign_scale_fn{}(compress_block_abssum(xb, B), B);
     compress_store_scale(ob, scale);
     const compress_sign_decode_fn dec{scale};
     for (index_t k = 0; k < B / 8; ++k) ob[4 + k] = static_cast<std::uint8_t>(compress_sign_byte(xb + 8 * k));
