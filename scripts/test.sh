@@ -77,6 +77,11 @@ suite() {
   return "$ctest_rc"
 }
 
+# The CPU the figures and skips below belong to (tests of kernels it lacks print "SKIPPED: ...").
+echo "=== CPU: $(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | sed 's/.*: //'); flags:" \
+  "$(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | tr ' ' '\n' | grep -E '^(avx2|fma|f16c|avx512f|avx512_bf16|amx_bf16|avx_ne_convert)$' | tr '\n' ' ')" \
+  "${TRAINKIT_MAX_CPU_ISA:+(limited: TRAINKIT_MAX_CPU_ISA=$TRAINKIT_MAX_CPU_ISA)}"
+
 asan_status=skipped
 if ((run_asan)); then
   # LeakSanitizer stays on; a UBSan finding aborts the test (-fno-sanitize-recover) with a stack.

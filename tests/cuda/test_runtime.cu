@@ -66,6 +66,9 @@ TEST_CASE("allocator<cuda> counts bytes, caches freed blocks and reuses them", "
 
 TEST_CASE("allocator<cuda> size classes waste at most a quarter", "[cuda][allocator]") {
   std::size_t prev = 0;
+  CHECK(alloc::round_size(4097) == 5120);  // four classes per power of two: (4096, 8192] in steps of 1024
+  CHECK(alloc::round_size(5120) == 5120);
+  CHECK(alloc::round_size((std::size_t(1) << 21) + 1) == (std::size_t(1) << 21) + (std::size_t(1) << 18));  // eight above 1 MiB
   for (std::size_t b : {std::size_t(1), std::size_t(512), std::size_t(513), std::size_t(4097), std::size_t(1) << 20,
                         (std::size_t(1) << 20) + 1, std::size_t(123456789)}) {
     const std::size_t r = alloc::round_size(b);
@@ -114,6 +117,30 @@ TEST_CASE("allocator<cuda> keeps blocks per stream; record_stream delays reuse",
     alloc::deallocate(c, 4096);
   }
   REQUIRE_THROWS_AS(alloc::record_stream(reinterpret_cast<void*>(0x10), side.get()), tk::usage_error);
+}
+
+TEST_CASE("allocator<cuda>: a block outlives a stream that used it", "[cuda][allocator][stream]") {
+  // data_parallel's buckets (the gradients are views into them) are freed by ~module after its side
+  // stream is gone: the free must not record an event on the destroyed stream (it crashed at exit).
+  const auto before = alloc::stats();
+  void* a = alloc::allocate(1 << 16);  // on the current stream, used by `side` too
+  void* cached = nullptr;
+  {
+    tk::gpu::stream side;
+    alloc::record_stream(a, side.get());
+    tk::gpu::stream_guard g(side.get());
+    cached = alloc::allocate(1 << 12);  // a block of side's own, cached when side goes
+    alloc::deallocate(cached, 1 << 12);
+  }
+  alloc::deallocate(a, 1 << 16);  // side is destroyed: nothing to wait for
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  void* b = alloc::allocate(1 << 16);  // reusable at once on the current stream
+  CHECK(b == a);
+  alloc::deallocate(b, 1 << 16);
+  CHECK(alloc::stats().allocated == before.allocated);
+  // side's cached block went back to the driver with side: only the current stream's is cached
+  CHECK(alloc::stats().reserved == before.reserved + alloc::round_size(1 << 16));
 }
 
 TEST_CASE("allocator<cuda> stress: random sizes from several threads", "[cuda][allocator][stress]") {

@@ -133,7 +133,7 @@ struct route_tolerance {
   std::size_t equal_pct;   // bitwise-equal share over all the values
 };
 route_tolerance tolerance_of_route() {
-  if (backend::onednn_supports<bfloat16>()) return {"oneDNN bf16 kernels", 1.0 / 128, 90};
+  if (backend::onednn_supports<trainkit::bfloat16>()) return {"oneDNN bf16 kernels", 1.0 / 128, 90};
   return {"bf16 widened to fp32 (no oneDNN bf16 kernel on this CPU)", 1.0 / 64, 70};
 }
 const route_tolerance bf16_tol = tolerance_of_route();
