@@ -4,10 +4,13 @@
 // the multi-tensor unscaling and clipping against the host.
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "cuda/support.cuh"
@@ -37,6 +40,11 @@ struct batch {
 
 batch make_batch(std::mt19937& rng) {
   return {random<float>({16, 12}, rng).to<cuda>(), cuda_test::random_indices({16}, 4, rng).to<cuda>()};
+}
+
+/// Spins until *flag (mapped pinned memory, written by the host) is nonzero.
+__global__ void gate_kernel(volatile int* flag) {
+  while (*flag == 0) __nanosleep(1000);
 }
 
 /// Host synchronisations of one call of step on b.
@@ -163,4 +171,52 @@ TEST_CASE("multi-tensor unscaling and clipping match the host", "[cuda][amp][opt
   const std::int64_t before = tk::gpu::host_syncs();
   REQUIRE(s2.unscale(pd));
   REQUIRE(tk::gpu::host_syncs() - before == 1);
+}
+
+TEST_CASE("a CUDA train_step returns while the device is still busy (no host wait, as a fact)",
+          "[cuda][train][sync]") {
+  // A gate kernel holds the stream until the host opens it. A step that waits for the device in any
+  // way - a synchronisation of trainkit's own, but also cudaFreeHost, cudaFree, a pageable copy,
+  // which no counter sees - cannot return before the gate opens; a watchdog opens it after 20 s so
+  // that such a step fails the test instead of hanging it.
+  std::mt19937 rng(2);
+  const batch b = make_batch(rng);
+  auto net = make_mlp();
+  tk::optim::sgd<float, cuda> opt(net->parameters(), {.lr = 0.05, .momentum = 0.9});
+  tk::train::train_step_options o;
+  o.read_loss = false;
+  o.max_grad_norm = 1.0;
+  tk::train::train_step<net_t, tk::optim::sgd<float, cuda>, tk::amp::fp32, tk::amp::no_scaling> step(*net, opt, o);
+  for (int i = 0; i < 2; ++i) (void)syncs_of(step, b);  // warm-up: handles, workspaces, cached blocks
+  tk::gpu::synchronize();
+
+  int* flag = nullptr;
+  REQUIRE(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int), cudaHostAllocMapped) == cudaSuccess);
+  *flag = 0;
+  int* dflag = nullptr;
+  REQUIRE(cudaHostGetDevicePointer(reinterpret_cast<void**>(&dflag), flag, 0) == cudaSuccess);
+  gate_kernel<<<1, 1, 0, tk::gpu::current_stream()>>>(dflag);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+
+  std::atomic<bool> finished{false}, opened_by_watchdog{false};
+  std::thread watchdog([&] {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!finished.load() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!finished.load()) {
+      opened_by_watchdog = true;
+      reinterpret_cast<volatile int*>(flag)[0] = 1;
+    }
+  });
+  for (int i = 0; i < 3; ++i) (void)syncs_of(step, b);
+  const bool returned_while_gated = !opened_by_watchdog.load();
+  const bool gate_still_closed = cudaStreamQuery(tk::gpu::current_stream()) == cudaErrorNotReady;
+  finished = true;
+  reinterpret_cast<volatile int*>(flag)[0] = 1;
+  watchdog.join();
+  tk::gpu::synchronize();
+  REQUIRE(cudaFreeHost(flag) == cudaSuccess);
+  CHECK(returned_while_gated);
+  CHECK(gate_still_closed);
+  CHECK(std::isfinite(double(step.last_loss().item())));
 }

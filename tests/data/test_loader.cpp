@@ -307,6 +307,37 @@ TEST_CASE("data_loader: destruction with a full queue, or mid-batch, joins every
   CHECK(settled_thread_count(before) == before);
 }
 
+namespace {
+// A batch_memory that binds its workers (the CUDA model sets the starting thread's device on each
+// worker: without it every rank's pinned batches made a context on GPU 0): the context is read on
+// the thread that starts the workers, and every batch is built on a worker that entered it.
+thread_local int worker_context_seen = -1;
+std::atomic<int> context_of_starter{0}, entered{0}, built_outside{0};
+struct bound_memory {
+  static constexpr bool pinned = false;
+  static int worker_context() { return context_of_starter.load(); }
+  static void enter_worker(int context) noexcept {
+    worker_context_seen = context;
+    entered.fetch_add(1);
+  }
+  template <trainkit::element T>
+  static trainkit::tensor<T> empty(shape sizes) {
+    if (worker_context_seen != context_of_starter.load()) built_outside.fetch_add(1);
+    return trainkit::tensor<T>::empty(std::move(sizes));
+  }
+};
+static_assert(data::binds_workers<bound_memory> && !data::binds_workers<data::pageable_memory>);
+}  // namespace
+
+TEST_CASE("data_loader: a memory policy binds the workers to the starting thread's context", "[data][loader]") {
+  context_of_starter = 7;
+  data::data_loader<toy_dataset, data::distributed_sampler, bound_memory> loader(
+      toy_dataset{.n = 40}, data::sequential_sampler(40), {.batch_size = 4, .num_workers = 3});
+  CHECK(flat(drain(loader, 4, 40)).size() == 40);
+  CHECK(entered.load() == 3);
+  CHECK(built_outside.load() == 0);
+}
+
 TEST_CASE("data_loader: resume from the sampler state", "[data][loader]") {
   const toy_dataset ds{.n = 45};
   data::distributed_sampler s(45, {.num_replicas = 2, .rank = 0, .seed = 21});  // 23 indices

@@ -484,20 +484,17 @@ class nccl {
       s_->abort(reason);
       throw dist_error(detail::failure_message("nccl", desc, s_->rank, s_->size, s_->timeout, reason));
     };
-    if (s_->staging_bytes < need) {
-      if (s_->staging != nullptr) cuda_check(cudaFree(s_->staging), "cudaFree");
-      s_->staging = nullptr;
-      s_->staging_bytes = 0;
-      cuda_check(cudaMalloc(&s_->staging, need), "cudaMalloc");
-      s_->staging_bytes = need;
-    }
-    if (s_->host_staging_bytes < need) {
-      if (s_->host_staging != nullptr) cuda_check(cudaFreeHost(s_->host_staging), "cudaFreeHost");
-      s_->host_staging = nullptr;
-      s_->host_staging_bytes = 0;
-      cuda_check(cudaMallocHost(&s_->host_staging, need), "cudaMallocHost");
-      s_->host_staging_bytes = need;
-    }
+    // Grows a staging buffer (device: cudaMalloc, host: cudaMallocHost) to `need` bytes.
+    auto grow = [&](void*& p, std::size_t& bytes, bool host) {
+      if (bytes >= need) return;
+      if (p != nullptr) cuda_check(host ? cudaFreeHost(p) : cudaFree(p), host ? "cudaFreeHost" : "cudaFree");
+      p = nullptr;
+      bytes = 0;
+      cuda_check(host ? cudaMallocHost(&p, need) : cudaMalloc(&p, need), host ? "cudaMallocHost" : "cudaMalloc");
+      bytes = need;
+    };
+    grow(s_->staging, s_->staging_bytes, false);
+    grow(s_->host_staging, s_->host_staging_bytes, true);
     auto* din = static_cast<std::uint8_t*>(s_->staging);
     auto* dout = in_place ? din : din + in_bytes;
     auto* hin = static_cast<std::uint8_t*>(s_->host_staging);
