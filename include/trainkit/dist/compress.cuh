@@ -5,7 +5,7 @@
 //   gpu::compress_encode<C>(x, n, wire)   x: n device floats, wire: C::wire_bytes(n) device bytes
 //   gpu::compress_decode<C>(wire, n, y)
 // for C = dist::none, fp16, bf16, int8_block<B>, sign_1bit_block<B>; asynchronous on the current
-// stream. The 16-bit codecs run one thread per element; the block codecs one thread per block,
+// stream. The 16-bit codecs run one thread per element; the block codecs one warp per block,
 // folding it in the host's order (the scale of a 1-bit block is a float sum whose rounding
 // depends on that order), so the bytes agree bit for bit.
 #pragma once
@@ -52,29 +52,40 @@ __device__ __forceinline__ float load_scale(const std::uint8_t* p) {
   return trainkit::detail::bit_cast<float>(b);
 }
 
+/// Blocks a kernel block encodes: one warp each.
+inline constexpr int codec_blocks_per_kernel_block = block_threads / 32;
+
+// int8: one warp per block. max |x| is an integer max (the same whatever the order) and each
+// element is quantized alone, so the bytes are the host's; the lanes read and write consecutive
+// elements (coalesced), where one thread per block walked it serially.
 template <int = 0>
 __global__ void __launch_bounds__(block_threads) compress_encode_int8_kernel(const float* x, index_t nb, index_t B,
                                                                              std::uint8_t* w) {
   namespace dd = ::trainkit::dist::detail;
-  const index_t b = index_t(blockIdx.x) * block_threads + threadIdx.x;
-  if (b >= nb) return;
+  const index_t b = index_t(blockIdx.x) * codec_blocks_per_kernel_block + index_t(threadIdx.x / 32);
+  const int lane = int(threadIdx.x % 32);
+  if (b >= nb) return;  // the whole warp: b is the warp's
   const float* xb = x + b * B;
   std::uint8_t* ob = w + b * (4 + B);
   std::int32_t m = 0;
-  for (index_t i = 0; i < B; ++i) {
+  for (index_t i = lane; i < B; i += 32) {
     const std::int32_t v = trainkit::detail::bit_cast<std::int32_t>(xb[i]) & 0x7fffffff;
     m = v > m ? v : m;
+  }
+  for (int off = 16; off > 0; off >>= 1) {
+    const std::int32_t o = __shfl_xor_sync(0xffffffffu, m, off);
+    m = o > m ? o : m;
   }
   const bool finite = m < 0x7f800000;
   const float absmax = trainkit::detail::bit_cast<float>(m);
   const float scale = dd::compress_int8_scale_fn{}(absmax, finite);
-  store_scale(ob, scale);
+  if (lane == 0) store_scale(ob, scale);
   auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
   if (scale > 0.0f) {
     const dd::compress_int8_quantize_fn quant{127.0f / absmax};
-    for (index_t i = 0; i < B; ++i) q[i] = quant(xb[i]);
+    for (index_t i = lane; i < B; i += 32) q[i] = quant(xb[i]);
   } else {
-    for (index_t i = 0; i < B; ++i) q[i] = 0;
+    for (index_t i = lane; i < B; i += 32) q[i] = 0;
   }
 }
 template <int = 0>
@@ -89,23 +100,28 @@ __global__ void __launch_bounds__(block_threads) compress_decode_int8_kernel(con
   y[i] = dd::compress_int8_dequantize_fn{load_scale(ib)}(static_cast<std::int8_t>(ib[4 + j]));
 }
 
+// 1-bit: one warp per block. The scale is a float sum whose rounding depends on its order: lane j < 8
+// folds the host's partial sum s[j] (elements j, j + 8, ... in turn) and lane 0 combines the eight
+// in the host's order; the sign bytes are independent, one per lane at a time.
 template <int = 0>
 __global__ void __launch_bounds__(block_threads) compress_encode_sign_kernel(const float* x, index_t nb, index_t B,
                                                                              std::uint8_t* w) {
   namespace dd = ::trainkit::dist::detail;
-  const index_t b = index_t(blockIdx.x) * block_threads + threadIdx.x;
-  if (b >= nb) return;
+  const index_t b = index_t(blockIdx.x) * codec_blocks_per_kernel_block + index_t(threadIdx.x / 32);
+  const int lane = int(threadIdx.x % 32);
+  if (b >= nb) return;  // the whole warp
   const float* xb = x + b * B;
   std::uint8_t* ob = w + b * (4 + B / 8);
-  // The host's eight side-by-side partial sums, combined in its order.
-  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  index_t i = 0;
-  for (; i + 8 <= B; i += 8)
-    for (int j = 0; j < 8; ++j) s[j] += xb[i + j] < 0.0f ? -xb[i + j] : xb[i + j];
-  for (; i < B; ++i) s[0] += xb[i] < 0.0f ? -xb[i] : xb[i];
-  const float sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
-  store_scale(ob, dd::compress_sign_scale_fn{}(sum, B));
-  for (index_t k = 0; k < B / 8; ++k) {
+  float part = 0.0f;  // lane j < 8: the host's s[j] (B is a multiple of 8)
+  if (lane < 8)
+    for (index_t i = 0; i + 8 <= B; i += 8) part += xb[i + lane] < 0.0f ? -xb[i + lane] : xb[i + lane];
+  float s[8];
+  for (int j = 0; j < 8; ++j) s[j] = __shfl_sync(0xffffffffu, part, j);
+  if (lane == 0) {
+    const float sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+    store_scale(ob, dd::compress_sign_scale_fn{}(sum, B));
+  }
+  for (index_t k = lane; k < B / 8; k += 32) {
     unsigned byte = 0;
     for (int j = 0; j < 8; ++j) byte |= static_cast<unsigned>(dd::compress_sign_bit_fn{}(xb[8 * k + j])) << j;
     ob[4 + k] = static_cast<std::uint8_t>(byte);
@@ -151,13 +167,13 @@ void compress_encode(const float* x, index_t n, std::uint8_t* wire) {
     d::compress_encode16_kernel<<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(x, n, wire, Fn{});
   } else if constexpr (d::is_int8_block<C>) {
     const index_t nb = n / C::block;
-    d::compress_encode_int8_kernel<><<<d::grid_for(nb, d::block_threads), d::block_threads, 0, st>>>(x, nb, C::block,
-                                                                                                  wire);
+    d::compress_encode_int8_kernel<><<<d::grid_for(nb, d::codec_blocks_per_kernel_block), d::block_threads, 0, st>>>(
+        x, nb, C::block, wire);
   } else {
     static_assert(d::is_sign_block<C>, "compress_encode<cuda>: an unknown codec");
     const index_t nb = n / C::block;
-    d::compress_encode_sign_kernel<><<<d::grid_for(nb, d::block_threads), d::block_threads, 0, st>>>(x, nb, C::block,
-                                                                                                  wire);
+    d::compress_encode_sign_kernel<><<<d::grid_for(nb, d::codec_blocks_per_kernel_block), d::block_threads, 0, st>>>(
+        x, nb, C::block, wire);
   }
   check_launch("compress_encode kernel");
 }
