@@ -26,7 +26,18 @@ namespace trainkit::backend {
 namespace gpu::detail {
 
 inline constexpr int mt_max_tensors = 48;
-inline constexpr index_t mt_max_blocks = 128;  // x blocks per tensor
+inline constexpr index_t mt_max_blocks = 128;  // x blocks per tensor, when a launch has many tensors
+
+/// x blocks per tensor for a launch over k tensors of at most `most` elements: enough for the
+/// tensor, and up to a full device of resident blocks shared by the k tensors (at least
+/// mt_max_blocks each), so that one large tensor (a 4096 x 4096 weight's gradient) is spread over
+/// every multiprocessor instead of 128 blocks.
+inline index_t mt_blocks_per_tensor(index_t most, int k) {
+  const device_info& d = current_device_info();
+  const index_t resident = index_t(d.multiprocessors) * std::max(1, d.max_threads_per_multiprocessor / block_threads);
+  const index_t cap = std::max(mt_max_blocks, resident / std::max(1, k));
+  return std::clamp<index_t>((most + block_threads - 1) / block_threads, 1, cap);
+}
 
 template <class P>
 struct tensor_batch {
@@ -94,7 +105,7 @@ void for_each_batch(P const* data, const index_t* numel, std::size_t n, F&& f) {
   index_t most = 0;
   auto flush = [&] {
     if (k == 0) return;
-    const index_t gx = std::min(mt_max_blocks, (most + block_threads - 1) / block_threads);
+    const index_t gx = mt_blocks_per_tensor(most, k);
     f(b, k, dim3(unsigned(gx), unsigned(k)));
     k = 0;
     most = 0;
