@@ -73,7 +73,7 @@ struct allocator_state {
   std::size_t reserved_limit = 0;  // 0: no limit but the device's memory
 };
 
-void forget_stream(cudaStream_t st) noexcept;
+inline void forget_stream(cudaStream_t st) noexcept;
 
 inline allocator_state& state() {
   // Leaked on purpose: tensors in static storage may be destroyed after any static here, and
