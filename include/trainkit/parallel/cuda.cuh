@@ -55,7 +55,7 @@ struct device_reduction<cuda> {
     /// compute stream's stall in finish(), measured with events and collected once they completed.
     static constexpr bool timed_on_device = !on_thread;
 
-    explicit state(Core& c) : device(backend::gpu::current_device()), side(true) {
+    explicit state(Core& c) : device(backend::gpu::current_device()), solo(c.comm.size() == 1), side(true) {
       ready.reserve(c.flat.size());
       for (std::size_t b = 0; b < c.flat.size(); ++b) {
         ready.emplace_back();
@@ -91,9 +91,22 @@ struct device_reduction<cuda> {
     }
 
     // ---- backward's thread ---------------------------------------------------------------------------
-    void bucket_ready(Core&, std::size_t b) { ready[b].record(backend::gpu::current_stream()); }
+    // World size 1 (solo): the average of one rank is its gradient, so nothing is recorded, issued
+    // or waited for - no event, no side stream, no cross-stream dependency in the step (PyTorch's
+    // DDP still runs a one-rank allreduce there); only the byte counter counts the call.
+    void bucket_ready(Core&, std::size_t b) {
+      if (!solo) ready[b].record(backend::gpu::current_stream());
+    }
 
     void launch(Core& c, std::size_t b) {
+      if (solo) {
+        if constexpr (std::is_same_v<value_type, float>)
+          c.compression.counter().add(0);  // what compressed_allreduce_device counts at world size 1
+        else
+          c.compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(c.flat[b].numel(), 1) / 4 *
+                                      sizeof(value_type));
+        return;
+      }
       if constexpr (!on_thread) {
         check_works(c);
         backend::gpu::device_guard dg(device);
@@ -124,6 +137,7 @@ struct device_reduction<cuda> {
     }
 
     void finish(Core& c) {
+      if (solo) return;
       backend::gpu::device_guard dg(device);
       const cudaStream_t compute = backend::gpu::current_stream();
       done.record(side.get());
@@ -220,6 +234,7 @@ struct device_reduction<cuda> {
     }
 
     int device;
+    bool solo;  // world size 1: nothing to reduce
     backend::gpu::stream side;
     backend::gpu::event done;
     std::vector<backend::gpu::event> ready;
