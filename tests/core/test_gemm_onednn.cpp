@@ -382,3 +382,13 @@ TEST_CASE("the limit in force reaches trainkit's checks and oneDNN", "[cpu]") {
   CHECK(trainkit::backend::onednn_supports<trainkit::bfloat16>() == cur.avx512);
 #endif
 }
+
+TEST_CASE("a CPU without bf16 arithmetic says so once", "[cpu]") {
+  // amp::autocast's bf16 ops call this at each GEMM and convolution: one line per process.
+  if (cf::current().bf16_arithmetic()) {
+    CHECK_FALSE(cf::note_bf16_without_arithmetic());
+    return;
+  }
+  CHECK(cf::note_bf16_without_arithmetic());        // the first: printed
+  CHECK_FALSE(cf::note_bf16_without_arithmetic());  // never again
+}

@@ -11,11 +11,14 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "trainkit/amp/concepts.hpp"
 #include "trainkit/amp/ops.hpp"
 #include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/ops/conv.hpp"
+#include "trainkit/backend/cpu/cpu_features.hpp"
+#include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/device.hpp"
 
 namespace trainkit::amp {
@@ -35,21 +38,29 @@ class autocast {
 
  private:
   using var_type = autograd::var<T, D>;
+  // A bf16 op on a CPU without bf16 arithmetic: the one-line notice, once per process.
+  static void note() {
+    if constexpr (std::is_same_v<D, cpu> && std::is_same_v<typename P::compute_type, bfloat16>)
+      (void)backend::cpu_features::note_bf16_without_arithmetic();
+  }
   // Each runs the amp op with the scope suspended (it is not dispatched to itself) and counts.
   static var_type linear_op(const var_type& x, const var_type& w, const var_type& b) {
     autograd::autocast_guard<T, D> off(nullptr);
     ++autograd::detail::autocast_counter();
+    note();
     return amp::linear<P>(x, w, b);
   }
   static var_type matmul_op(const var_type& a, const var_type& b) {
     autograd::autocast_guard<T, D> off(nullptr);
     ++autograd::detail::autocast_counter();
+    note();
     return amp::matmul<P>(a, b);
   }
   static var_type conv2d_op(const var_type& x, const var_type& w, const var_type& b,
                             const autograd::conv2d_options& o) {
     autograd::autocast_guard<T, D> off(nullptr);
     ++autograd::detail::autocast_counter();
+    note();
     return amp::conv2d<P>(x, w, b, o);
   }
   static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op};

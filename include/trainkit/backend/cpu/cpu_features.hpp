@@ -10,15 +10,19 @@
 
 #include <algorithm>  // std::transform
 #include <array>
+#include <atomic>
 #include <cctype>     // std::tolower
 #include <cstdlib>    // std::getenv
+#include <cstdio>     // std::fprintf
 #include <cstring>    // std::memcpy
 #include <string>
 #include <string_view>
 
 #include "trainkit/core/error.hpp"
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+// CUDA translation units probe too (nvcc hands host code to the host compiler): one definition of
+// these inline functions in every translation unit of a program.
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define TRAINKIT_CPU_X86_CPUID 1
 #include <cpuid.h>
 #else
@@ -72,6 +76,7 @@ inline isa max_isa() {
 /// The features trainkit's CPU paths and tests ask about.
 struct features {
   std::string model;  // the brand string, e.g. "AMD EPYC 9R14 96-Core Processor"
+  bool known = true;  // false where CPUID is not read (not an x86 CPU)
   bool avx2 = false, fma = false, f16c = false;
   bool avx512 = false;  // AVX-512 F, BW, VL and DQ (oneDNN's avx512_core)
   bool avx512_bf16 = false, avx512_fp16 = false, amx_bf16 = false;
@@ -113,8 +118,9 @@ inline features probe() {
   unsigned a = 0, b = 0, c = 0, d = 0;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
   const bool osxsave = (c >> 27) & 1u, avx = (c >> 28) & 1u;
-  unsigned xcr0 = 0, xcr0_hi = 0;
-  if (osxsave) __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+  unsigned xcr0_lo = 0, xcr0_hi = 0;
+  if (osxsave) __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const unsigned long long xcr0 = (static_cast<unsigned long long>(xcr0_hi) << 32) | xcr0_lo;
   const bool ymm = osxsave && (xcr0 & 6u) == 6u, zmm = ymm && (xcr0 & 0xe0u) == 0xe0u,
              tiles = ymm && (xcr0 & 0x60000u) == 0x60000u;
   f.f16c = ymm && avx && ((c >> 29) & 1u);
@@ -147,7 +153,12 @@ inline features probe() {
   return f;
 }
 #else
-inline features probe() { return features{"non-x86 CPU"}; }
+inline features probe() {
+  features f;
+  f.model = "CPU not probed here";
+  f.known = false;
+  return f;
+}
 #endif
 }  // namespace detail
 
@@ -170,6 +181,22 @@ inline std::string describe() {
     s += "; limited by " + std::string(limit_variable()) + "=" + std::string(name(max_isa())) + " (the CPU has: " +
          detected().flags() + ")";
   return s;
+}
+
+/// The first bf16 GEMM or convolution of a mixed-precision scope on a CPU without bf16 arithmetic
+/// says so, once per process, in one line on stderr: bf16 is not faster than fp32 there. Returns
+/// whether this call printed it.
+inline bool note_bf16_without_arithmetic() {
+  if (!current().known || current().bf16_arithmetic()) return false;
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return false;
+  std::fprintf(stderr,
+               "trainkit: this CPU (%s) has no bf16 arithmetic (no AVX512-BF16, AMX-BF16 or AVX-NE-CONVERT): bf16 "
+               "GEMMs and convolutions multiply bf16-rounded operands with fp32 accumulation %s, so bf16 steps are "
+               "no faster than fp32 here\n",
+               detected().model.c_str(),
+               current().avx512 ? "in oneDNN's AVX-512 emulation" : "by widening them to fp32 (OpenBLAS, im2col)");
+  return true;
 }
 
 }  // namespace trainkit::backend::cpu_features
