@@ -137,7 +137,6 @@ route_tolerance tolerance_of_route() {
   return {"bf16 widened to fp32 (no oneDNN bf16 kernel on this CPU)", 1.0 / 64, 70};
 }
 const route_tolerance bf16_tol = tolerance_of_route();
-const double bf16_rel_tol = bf16_tol.rel;
 
 /// Elements bitwise equal to the reference, over all tensors checked, for the bf16 and fp32 runs.
 struct tally {
@@ -155,7 +154,7 @@ void check_bf16(const ftensor& mixed, const ftensor& fp32, const ftensor& want, 
   INFO(what << ": max |trainkit - torch| = " << m.max_diff << ", max |torch| = " << m.scale << ", " << m.equal
             << " of " << m.n << " elements bitwise equal; the fp32 run: max diff " << f.max_diff << ", "
             << f.equal << " equal");
-  CHECK(m.max_diff <= bf16_rel_tol * m.scale);
+  CHECK(m.max_diff <= bf16_tol.rel * m.scale);
   CHECK(m.bf16_values == m.n);  // every value carries bf16's precision
   t.n += m.n;
   t.mixed_equal += m.equal;
@@ -186,7 +185,7 @@ TEST_CASE("a residual network under bf16 autocast matches PyTorch's CPU autocast
   const double loss_diff = std::abs(double(bf16.loss) - want_loss);
   std::printf("%-18s torch %.9g  bf16 run: |diff| %.3g | fp32 run: |diff| %.3g\n", "loss", want_loss, loss_diff,
               std::abs(double(fp32.loss) - want_loss));
-  CHECK(loss_diff <= bf16_rel_tol * std::abs(want_loss));
+  CHECK(loss_diff <= bf16_tol.rel * std::abs(want_loss));
   REQUIRE(bf16.grads.size() == 8);
   for (std::size_t i = 0; i < bf16.grads.size(); ++i) {
     const auto& [name, g] = bf16.grads[i];

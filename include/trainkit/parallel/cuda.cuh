@@ -99,15 +99,11 @@ struct device_reduction<cuda> {
     }
 
     void launch(Core& c, std::size_t b) {
-      if (solo) {
-        if constexpr (std::is_same_v<value_type, float>)
-          c.compression.counter().add(0);  // what compressed_allreduce_device counts at world size 1
-        else
-          c.compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(c.flat[b].numel(), 1) / 4 *
-                                      sizeof(value_type));
-        return;
-      }
       if constexpr (!on_thread) {
+        if (solo) {
+          issue(c, b);  // counts the call; issues nothing at world size 1
+          return;
+        }
         check_works(c);
         backend::gpu::device_guard dg(device);
         collect(c);
@@ -115,24 +111,29 @@ struct device_reduction<cuda> {
         backend::gpu::stream_guard sg(side.get());
         span& t = next_span(false);
         t.begin.record(side.get());
-        auto& flat = c.flat[b];
-        if constexpr (std::is_same_v<value_type, float>) {
-          dist::device_feedback& fb = residuals ? *residuals : unused_residuals;  // lossless: never touched
-          dist::compressed_allreduce_device(c.comm, c.compression, fb, flat.data(), flat.numel(), b,
-                                            dist::reduce_op::avg, ws);
-        } else {  // double: lossless, the communicator's own allreduce
-          const index_t n = flat.numel();
-          if (n > 0 && c.comm.size() > 1)
-            ws.works.push_back(c.comm.allreduce(flat.data(), static_cast<std::size_t>(n), dist::reduce_op::avg));
-          c.compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, c.comm.size()) / 4 *
-                                      sizeof(value_type));
-        }
+        issue(c, b);
         t.end.record(side.get());
         for (auto& w : ws.works) pending.push_back({std::move(w), std::chrono::steady_clock::now()});
         ws.works.clear();
       } else {
         (void)c;
         (void)b;
+      }
+    }
+
+    // The reduction of bucket b, on the current stream, its works to ws.works; counts the bytes.
+    void issue(Core& c, std::size_t b) {
+      auto& flat = c.flat[b];
+      if constexpr (std::is_same_v<value_type, float>) {
+        dist::device_feedback& fb = residuals ? *residuals : unused_residuals;  // lossless: never touched
+        dist::compressed_allreduce_device(c.comm, c.compression, fb, flat.data(), flat.numel(), b,
+                                          dist::reduce_op::avg, ws);
+      } else {  // double: lossless, the communicator's own allreduce
+        const index_t n = flat.numel();
+        if (n > 0 && c.comm.size() > 1)
+          ws.works.push_back(c.comm.allreduce(flat.data(), static_cast<std::size_t>(n), dist::reduce_op::avg));
+        c.compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, c.comm.size()) / 4 *
+                                    sizeof(value_type));
       }
     }
 

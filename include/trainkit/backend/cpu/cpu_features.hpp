@@ -188,8 +188,8 @@ inline std::string describe() {
 /// whether this call printed it.
 inline bool note_bf16_without_arithmetic() {
   if (!current().known || current().bf16_arithmetic()) return false;
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return false;
+  static std::atomic<bool> said{false};  // read first: every later bf16 op of the process passes here
+  if (said.load(std::memory_order_relaxed) || said.exchange(true)) return false;
   std::fprintf(stderr,
                "trainkit: this CPU (%s) has no bf16 arithmetic (no AVX512-BF16, AMX-BF16 or AVX-NE-CONVERT): bf16 "
                "GEMMs and convolutions multiply bf16-rounded operands with fp32 accumulation %s, so bf16 steps are "

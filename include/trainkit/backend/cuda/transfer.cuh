@@ -220,25 +220,24 @@ inline staging_area& staging() {
   return *s;
 }
 
-/// Whether p is page-locked host memory (cudaMallocHost, cudaHostRegister): the DMA engines read
-/// it directly, so a copy from it needs no staging and does not wait for the host.
-inline bool is_pinned(const void* p) {
+/// What kind of memory p points into; cudaMemoryTypeUnregistered for pageable host memory.
+inline cudaMemoryType memory_type(const void* p) {
   cudaPointerAttributes a{};
   if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // an unknown pointer is an error on some drivers: it is pageable
-    return false;
+    (void)cudaGetLastError();  // older runtimes and some drivers: an unregistered host pointer is an error
+    return cudaMemoryTypeUnregistered;
   }
-  return a.type == cudaMemoryTypeHost;
+  return a.type;
 }
+
+/// Whether p is page-locked host memory (cudaMallocHost, cudaHostRegister): the DMA engines read
+/// it directly, so a copy from it needs no staging and does not wait for the host.
+inline bool is_pinned(const void* p) { return memory_type(p) == cudaMemoryTypeHost; }
 
 /// Whether p is memory a kernel can use (device or managed); host memory, pinned or pageable, is not.
 inline bool is_device_memory(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    (void)cudaGetLastError();  // older runtimes: an unregistered host pointer is an error
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+  const cudaMemoryType t = memory_type(p);
+  return t == cudaMemoryTypeDevice || t == cudaMemoryTypeManaged;
 }
 
 inline void copy_host_to_device(void* dst, const void* src, std::size_t bytes) {
