@@ -3,6 +3,9 @@
 
 #include <cblas.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 
 #include "trainkit/trainkit.hpp"
@@ -167,6 +170,13 @@ TEST_CASE("reductions", "[tensor][reduce]") {
   REQUIRE(sneg.at({1, 2}) == 20 + 21 + 22 + 23);
   REQUIRE(amax(a, {1}).at({1, 0}) == 20);
   REQUIRE(amin(a).item() == 0);
+  // Integers fold from the type's limits (an int has no infinity); NaN wins in floats.
+  const auto neg = tensor<std::int64_t>::from_vector({-5, -7, std::numeric_limits<std::int64_t>::max(), -6}, {2, 2});
+  REQUIRE(amax(neg, {1}).to_vector() == std::vector<std::int64_t>{-5, std::numeric_limits<std::int64_t>::max()});
+  REQUIRE(amin(neg).item() == -7);
+  const auto with_nan = tensor<float>::from_vector({1, std::numeric_limits<float>::quiet_NaN(), 3}, {3});
+  REQUIRE(std::isnan(amax(with_nan).item()));
+  REQUIRE(std::isnan(amin(with_nan).item()));
   auto t = tensor<float>::from_vector({1, 5, 5, 2, 9, 0}, {2, 3});
   REQUIRE(argmax(t, 1).to_vector() == std::vector<std::int64_t>{1, 1});  // first max wins
   REQUIRE(argmax(t, 0).to_vector() == std::vector<std::int64_t>{1, 1, 0});

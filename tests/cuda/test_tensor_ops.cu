@@ -255,6 +255,44 @@ TEST_CASE("column reductions (reduced dims not innermost) over many rows match t
   REQUIRE(cuda_test::identical(tk::argmax(d4, 2), tk::argmax(x4, 2)));
 }
 
+TEST_CASE("reductions on the benchmark's launch shapes: a warp per row, a block per row, many splits", "[cuda][reduce]") {
+  std::mt19937 rng(11);
+  // 9000 rows of 2048: enough rows to fill an H200 with warps (a warp per row); 300 rows of 4096:
+  // a block per row; one long row: 1000+ splits merged by the warp finish kernel.
+  for (shape xs : {shape{9000, 2048}, shape{300, 4096}, shape{1, (1 << 23) + 5}}) {
+    INFO("x " << tk::to_string(xs));
+    auto x = random<float>(xs, rng);
+    // Ties on the maximum, early and late in a row: argmax keeps the first.
+    x.data()[7] = 2.0f;
+    x.data()[xs[1] - 3] = 2.0f;
+    const auto d = x.to<cuda>();
+    REQUIRE(cuda_test::identical(tk::argmax(d, 1), tk::argmax(x, 1)));
+    REQUIRE(cuda_test::identical(tk::argmin(d, 1), tk::argmin(x, 1)));
+    REQUIRE(cuda_test::identical(tk::amax(d, {1}), tk::amax(x, {1})));
+    REQUIRE(cuda_test::identical(tk::amin(d), tk::amin(x)));
+    const auto s = tk::sum(d, {1});
+    REQUIRE(cuda_test::identical(tk::sum(d, {1}), s));  // run to run
+    CUDA_TEST_REQUIRE_CLOSE(s, tk::sum(x, {1}), 1e-4, 1e-4);
+    // A NaN anywhere makes amax NaN and argmax its index, wherever the split boundaries fall.
+    for (index_t at : {index_t(0), xs[1] / 2 + 1, xs[1] - 1}) {
+      auto xn = x.clone();
+      xn.data()[at] = std::numeric_limits<float>::quiet_NaN();
+      const auto dn = xn.to<cuda>();
+      REQUIRE(std::isnan(double(tk::amax(dn).item())));
+      REQUIRE(std::isnan(double(tk::amin(dn).item())));
+      REQUIRE(cuda_test::identical(tk::argmax(dn, 1), tk::argmax(xn, 1)));
+    }
+  }
+  // Column sums over many rows (the bias gradient's shape): four loads in flight per lane.
+  const auto c = random<float>({20001, 4096 + 3}, rng);
+  CUDA_TEST_REQUIRE_CLOSE(tk::sum(c.to<cuda>(), {0}), tk::sum(c, {0}), 1e-4, 1e-4);
+  // Integer amax/amin: the fold starts from the type's limits, not from an infinity it lacks.
+  const auto ints = tk::tensor<std::int64_t>::from_vector({-5, -7, -9, -6}, {2, 2});
+  REQUIRE(cuda_test::identical(tk::amax(ints.to<cuda>(), {1}), tk::amax(ints, {1})));
+  REQUIRE(tk::amax(ints.to<cuda>()).item() == -5);
+  REQUIRE(tk::amin(tk::tensor<std::int64_t>::from_vector({5, 7}, {2}).to<cuda>()).item() == 5);
+}
+
 TEST_CASE("GEMM through cuBLASLt: fp32, TF32, fp16, bf16 and fp64 against the host", "[cuda][blas]") {
   std::mt19937 rng(5);
   cuda_test::settings_guard keep;

@@ -55,11 +55,28 @@ struct arg_extreme {
     return a;
   }
 };
+/// Running max (want_max) or min of the values alone: one compare and one select per element, no
+/// index to carry. NaN wins, as in PyTorch; between equal values (+0 and -0) the first stays.
 template <class Acc>
-struct extreme_value : arg_extreme<Acc> {
+struct extreme_value {
+  bool want_max;
+  TRAINKIT_HD Acc init() const {
+    if constexpr (std::numeric_limits<Acc>::has_infinity)
+      return want_max ? -std::numeric_limits<Acc>::infinity() : std::numeric_limits<Acc>::infinity();
+    else
+      return want_max ? std::numeric_limits<Acc>::lowest() : std::numeric_limits<Acc>::max();
+  }
+  TRAINKIT_HD Acc merge(Acc a, Acc b) const {
+    const bool take = a == a && (b != b || (want_max ? b > a : b < a));  // the first NaN stays
+    return take ? b : a;
+  }
+  template <class C>
+  TRAINKIT_HD Acc step(Acc a, C c, index_t) const {
+    return merge(a, static_cast<Acc>(c));
+  }
   template <class Out>
-  TRAINKIT_HD Out finish(typename arg_extreme<Acc>::state a, index_t) const {
-    return static_cast<Out>(a.v);
+  TRAINKIT_HD Out finish(Acc a, index_t) const {
+    return static_cast<Out>(a);
   }
 };
 template <class Acc>

@@ -59,13 +59,13 @@ template <class T, class D>
 tensor<T, D> amax(const tensor<T, D>& a, const std::vector<index_t>& dims = {}, bool keepdim = false) {
   TRAINKIT_CHECK(a.numel() > 0, shape_error, "amax", "empty tensor of sizes " << to_string(a.sizes()));
   return detail::reduce_impl<T>(a, detail::reduce_mask(dims, a.dim(), "amax"), keepdim,
-                                reducers::extreme_value<accumulate_t<T>>{{true}}, "amax");
+                                reducers::extreme_value<accumulate_t<T>>{true}, "amax");
 }
 template <class T, class D>
 tensor<T, D> amin(const tensor<T, D>& a, const std::vector<index_t>& dims = {}, bool keepdim = false) {
   TRAINKIT_CHECK(a.numel() > 0, shape_error, "amin", "empty tensor of sizes " << to_string(a.sizes()));
   return detail::reduce_impl<T>(a, detail::reduce_mask(dims, a.dim(), "amin"), keepdim,
-                                reducers::extreme_value<accumulate_t<T>>{{false}}, "amin");
+                                reducers::extreme_value<accumulate_t<T>>{false}, "amin");
 }
 
 /// Index of the largest value along dim (first one on ties), as int64.

@@ -3,24 +3,27 @@
 //
 // The problem is seen as n_out outputs, each folding n_red elements (kept dims x reduced dims,
 // each group coalesced). Two kernels:
-//   row:    the innermost reduced dim is contiguous - a warp (short rows) or a block (long rows)
-//           folds each output, with 16-byte vector loads when the whole reduced space is one
-//           dense run; the group's partials meet in a shared-memory tree.
+//   row:    the innermost reduced dim is contiguous - a warp folds each output when there are
+//           enough outputs to fill the device with warps, else a block does (long rows, few
+//           outputs); 16-byte vector loads, four in flight per thread, when the whole reduced
+//           space is one dense run. Lanes meet by warp shuffles, warps through shared memory.
 //   column: otherwise - a block is BX adjacent outputs wide (adjacent threads read adjacent
 //           outputs, so the loads coalesce) and BY = block_threads / BX lanes deep; the lanes
-//           take every BY-th element of the block's k range and their partials meet in a
-//           shared-memory tree.
+//           take every BY-th element of the block's k range (four loads in flight when there is
+//           one reduced dim) and their partials meet in a shared-memory tree.
 // When there are too few outputs to fill the GPU, each output's k range is cut into contiguous
-// splits whose partials a third kernel merges in split order. Partials of one group interleave
+// splits (at most one wave of resident blocks) whose partials a third kernel merges in split
+// order - a warp per output when there are 32 splits or more. Partials of one group interleave
 // in k, so merges of states that carry an index (argmax) are ordered by that index: ties and
 // NaNs resolve to the first occurrence, as on the host. The launch configuration depends only on
-// the shape, so results repeat bit for bit.
+// the shape and the device, so results repeat bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 #include <sstream>
 #include <type_traits>
 #include <vector>
@@ -41,6 +44,30 @@ __device__ __forceinline__ A ordered_merge(const R& r, const A& a, const A& b) {
     if (b.k >= 0 && (a.k < 0 || b.k < a.k)) return r.merge(b, a);
   }
   return r.merge(a, b);
+}
+
+/// A reducer state moved down the warp by 32-bit words (states here are 4, 8 or 16 bytes).
+template <class A>
+__device__ __forceinline__ A shfl_down_state(const A& a, int s) {
+  constexpr int W = int(sizeof(A) / 4);
+  unsigned w[W];
+  memcpy(w, &a, sizeof(A));
+#pragma unroll
+  for (int i = 0; i < W; ++i) w[i] = __shfl_down_sync(0xffffffffu, w[i], s);
+  A b;
+  memcpy(&b, w, sizeof(A));
+  return b;
+}
+
+template <class A>
+inline constexpr bool shuffles = sizeof(A) % 4 == 0 && sizeof(A) <= 32;
+
+/// Lane 0 gets the merge of lanes [0, n) (n a power of two, at most 32), in a fixed tree; every
+/// lane of the warp must call it.
+template <class R, class A>
+__device__ __forceinline__ A warp_merge(const R& r, A a, int n) {
+  for (int s = n / 2; s > 0; s >>= 1) a = ordered_merge(r, a, shfl_down_state(a, s));
+  return a;
 }
 
 struct reduce_params {
@@ -115,13 +142,29 @@ __global__ void __launch_bounds__(block_threads) reduce_row_kernel(reduce_params
       for (index_t k = k0 + lane; k < k1; k += G) a = r.step(a, static_cast<C>(base[reduced_offset(p, k)]), k);
     }
   }
-  smem[threadIdx.x] = a;
-  __syncthreads();
-  for (int s = G / 2; s > 0; s >>= 1) {
-    if (lane < s) smem[threadIdx.x] = ordered_merge(r, smem[threadIdx.x], smem[threadIdx.x + s]);
+  if constexpr (shuffles<A>) {
+    // Lanes of a warp meet by shuffles; with a block per output, the warps' results then meet in
+    // warp 0.
+    a = warp_merge(r, a, 32);
+    if (G > 32) {
+      const int warp = int(threadIdx.x) / 32, wl = int(threadIdx.x) % 32;
+      if (wl == 0) smem[warp] = a;
+      __syncthreads();
+      if (warp == 0) {
+        a = wl < block_threads / 32 ? smem[wl] : r.init();
+        a = warp_merge(r, a, block_threads / 32);
+      }
+    }
+    if (lane == 0 && o < p.n_out) reduce_store(p, r, out, partial, o, out_off, a);
+  } else {
+    smem[threadIdx.x] = a;
     __syncthreads();
+    for (int s = G / 2; s > 0; s >>= 1) {
+      if (lane < s) smem[threadIdx.x] = ordered_merge(r, smem[threadIdx.x], smem[threadIdx.x + s]);
+      __syncthreads();
+    }
+    if (lane == 0 && o < p.n_out) reduce_store(p, r, out, partial, o, out_off, smem[threadIdx.x]);
   }
-  if (lane == 0 && o < p.n_out) reduce_store(p, r, out, partial, o, out_off, smem[threadIdx.x]);
 }
 
 /// Input offset of reduced element k; `inner` gets its index along the innermost reduced dim.
@@ -157,7 +200,20 @@ __global__ void __launch_bounds__(block_threads) reduce_column_kernel(reduce_par
     const index_t k0 = index_t(blockIdx.y) * p.chunk;
     const index_t k1 = k0 + p.chunk < p.n_red ? k0 + p.chunk : p.n_red;
     index_t k = k0 + ty;
-    if (k < k1) {
+    if (p.red.dims == 1) {
+      // One reduced dim: four independent loads in flight per thread, folded in k order (the
+      // same sequence of steps as one at a time).
+      const index_t s = p.red.strides[0][0];
+      for (; k + index_t(3) * BY < k1; k += index_t(4) * BY) {
+        const C x0 = static_cast<C>(base[k * s]), x1 = static_cast<C>(base[(k + BY) * s]);
+        const C x2 = static_cast<C>(base[(k + 2 * BY) * s]), x3 = static_cast<C>(base[(k + 3 * BY) * s]);
+        a = r.step(a, x0, k);
+        a = r.step(a, x1, k + BY);
+        a = r.step(a, x2, k + 2 * BY);
+        a = r.step(a, x3, k + 3 * BY);
+      }
+      for (; k < k1; k += BY) a = r.step(a, static_cast<C>(base[k * s]), k);
+    } else if (k < k1) {
       // Steps of BY along the innermost reduced dim; a full decomposition only when one leaves it.
       const index_t size = p.red.sizes[p.red.dims - 1], step = index_t(BY) * p.red.strides[0][p.red.dims - 1];
       index_t inner = 0;
@@ -191,6 +247,24 @@ __global__ void __launch_bounds__(block_threads) reduce_finish_kernel(reduce_par
   A a = partial[o];
   for (int s = 1; s < p.splits; ++s) a = ordered_merge(r, a, partial[index_t(s) * p.n_out + o]);
   out[offs[1]] = r.template finish<Out>(a, p.n_red);
+}
+
+// Many splits (a few outputs over a long range): a warp per output, lane l merging splits l, l+32...
+// in order, then a fixed tree over the lanes.
+template <class R, class Out, class A>
+__global__ void __launch_bounds__(block_threads) reduce_finish_warp_kernel(reduce_params p, R r, Out* out,
+                                                                          const A* partial) {
+  const index_t o = index_t(blockIdx.x) * (block_threads / 32) + threadIdx.x / 32;
+  const int lane = int(threadIdx.x) % 32;
+  A a = r.init();
+  if (o < p.n_out)
+    for (int s = lane; s < p.splits; s += 32) a = ordered_merge(r, a, partial[index_t(s) * p.n_out + o]);
+  a = warp_merge(r, a, 32);
+  if (lane == 0 && o < p.n_out) {
+    index_t offs[2];
+    p.kept.get(o, offs);
+    out[offs[1]] = r.template finish<Out>(a, p.n_red);
+  }
 }
 
 // Merges adjacent dims of one group (kept or reduced) that walk memory as one.
@@ -266,14 +340,18 @@ struct reduce<cuda> {
       vec_ok = ksz[d] == 1 || (kin[d] * index_t(sizeof(In))) % 16 == 0;
 
     if (row) {
-      const int G = n_red >= 2048 ? g::block_threads : 32;
+      // A warp per output when there are enough outputs to fill the device with warps (short
+      // per-block work and no block-wide merge); a block per output, split along k if need be,
+      // when there are few long rows.
+      const index_t warps_per_block = g::block_threads / 32;
+      const int G = n_red >= 2048 && n_out < target_blocks * warps_per_block ? g::block_threads : 32;
       const index_t groups = g::block_threads / G;
       const index_t base_blocks = (n_out + groups - 1) / groups;
       const index_t step = index_t(G) * (vec_ok ? V : 1);
       int splits = 1;
+      // At most one wave of resident blocks: a second, partial wave would double the time.
       if (base_blocks < target_blocks)
-        splits = int(std::clamp<index_t>(std::min((target_blocks + base_blocks - 1) / base_blocks, n_red / (step * 16)),
-                                         1, 65535));
+        splits = int(std::clamp<index_t>(std::min(target_blocks / base_blocks, n_red / (step * 16)), 1, 65535));
       launch_split(p, splits, step, [&](dim3 grid, A* partial) {
         if constexpr (V > 1) {
           if (vec_ok) {
@@ -296,8 +374,7 @@ struct reduce<cuda> {
       const index_t base_blocks = (n_out + bx - 1) / bx;
       int splits = 1;
       if (base_blocks < target_blocks && n_red > index_t(by) * 64)
-        splits = int(std::clamp<index_t>(
-            std::min((target_blocks + base_blocks - 1) / base_blocks, n_red / (index_t(by) * 32)), 1, 65535));
+        splits = int(std::clamp<index_t>(std::min(target_blocks / base_blocks, n_red / (index_t(by) * 32)), 1, 65535));
       launch_split(p, splits, 1, [&](dim3 grid, A* partial) {
         g::reduce_column_kernel<R, In, Out, A><<<grid, g::block_threads, 0, st>>>(p, bx, r, in, out, partial);
         gpu::check_launch("reduce_column_kernel", g::reduce_context(sizes));
@@ -332,6 +409,15 @@ struct reduce<cuda> {
       ~release() { allocator<cuda>::deallocate(q, b); }  // stream-ordered: later work on this stream reuses it
     } guard{partial, bytes};
     launch(grid, partial);
+    if constexpr (g::shuffles<A>) {
+      if (p.splits >= 32) {
+        constexpr index_t per_block = g::block_threads / 32;
+        g::reduce_finish_warp_kernel<R, Out, A><<<static_cast<unsigned>((p.n_out + per_block - 1) / per_block),
+                                                  g::block_threads, 0, gpu::current_stream()>>>(p, r, out, partial);
+        gpu::check_launch("reduce_finish_warp_kernel");
+        return;
+      }
+    }
     g::reduce_finish_kernel<R, Out, A><<<g::grid_for(p.n_out, g::block_threads), g::block_threads, 0,
                                          gpu::current_stream()>>>(p, r, out, partial);
     gpu::check_launch("reduce_finish_kernel");
