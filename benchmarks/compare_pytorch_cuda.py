@@ -11,11 +11,14 @@ peak bandwidth given by --peak-gbps (4800 GB/s, the H200's).
 
 The models match benchmarks/cuda_train_step.cu: the 4 x Linear(4096, 4096) MLP (batch 1024, 4096
 classes) under torch.autocast(bfloat16) with fp32 weights, and held in bfloat16; the Fashion-MNIST
-CNN (batch 128) in strict fp32 and with TF32. SGD with momentum 0.9 (PyTorch's default foreach
+CNN (batch 128) in strict fp32 and with TF32, and in strict fp32 under PyTorch's
+DistributedDataParallel in a one-process NCCL group (cnn_fp32_ddp1, against trainkit's
+data_parallel at world size 1). SGD with momentum 0.9 (PyTorch's default foreach
 implementation), no loss read per step, CUDA events around the timed steps.
 """
 import argparse
 import json
+import os
 import sys
 
 
@@ -133,6 +136,25 @@ def train_steps(args):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         xc = torch.randn(128, 1, 28, 28, device="cuda")
         run(name, cnn(), xc, labels(128, 10))
+    # PyTorch's DDP at world size 1 (a one-process NCCL group), the counterpart of trainkit's
+    # cnn_fp32_ddp1: strict fp32, the same CNN and batch.
+    if not args.only or args.only == "cnn_fp32_ddp1":
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        try:
+            import tempfile
+            import torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            store = os.path.join(tempfile.mkdtemp(prefix="tk_ddp1_"), "store")
+            dist.init_process_group("nccl", init_method="file://" + store, rank=0, world_size=1)
+        except Exception as e:  # no NCCL in this PyTorch build: the row is left out, visibly
+            print(f"compare_pytorch_cuda: no PyTorch DDP row ({e})", file=sys.stderr)
+        else:
+            try:
+                xc = torch.randn(128, 1, 28, 28, device="cuda")
+                run("cnn_fp32_ddp1", DDP(cnn(), device_ids=[torch.cuda.current_device()]), xc, labels(128, 10))
+            finally:
+                dist.destroy_process_group()
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = False
 
