@@ -162,6 +162,12 @@ for pc in "${pcs[@]}"; do
   sed -i "s|$packages|\${prefix}|g" "$pc"
 done
 
+step "4b. vcpkg_copy_tools(TOOL_NAMES trainkit-run AUTO_CLEAN)"
+[[ -x "$packages/bin/trainkit-run" ]] || fail "the install has no bin/trainkit-run"
+run mkdir -p "$packages/tools/trainkit"
+run mv "$packages/bin/trainkit-run" "$packages/tools/trainkit/"
+rmdir "$packages/bin" 2>/dev/null || fail "bin/ holds more than trainkit-run: $(ls "$packages/bin")"
+
 step "5. usage and copyright"
 run install -m 644 "$port/usage" "$packages/share/trainkit/usage"
 run install -m 644 "$root/LICENSE" "$packages/share/trainkit/copyright"
@@ -173,7 +179,7 @@ echo "   + $(find "$packages/include/trainkit" -type f | wc -l) headers under in
 for f in include/trainkit/trainkit.hpp include/trainkit/config.hpp \
   share/trainkit/trainkitConfig.cmake share/trainkit/trainkitConfigVersion.cmake \
   share/trainkit/trainkitTargets.cmake share/trainkit/trainkitCBLAS.cmake \
-  share/trainkit/usage share/trainkit/copyright lib/pkgconfig/trainkit.pc; do
+  share/trainkit/usage share/trainkit/copyright lib/pkgconfig/trainkit.pc tools/trainkit/trainkit-run; do
   [[ -f "$packages/$f" ]] || fail "the package lacks $f"
 done
 for d in lib/cmake debug bin; do

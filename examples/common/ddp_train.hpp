@@ -5,11 +5,9 @@
 #pragma once
 
 #include <algorithm>
-#include <csignal>  // std::raise: the tests' fault injection
 #include <cmath>  // NAN: a step's loss that nobody watches is not read back from the GPU
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>  // std::getenv
 #include <exception>
 #include <stdexcept>
 #include <string>
@@ -137,10 +135,6 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   run.resume();
   const std::int64_t first_step = run.step();
   snapshot_on_peer_failure<Comm> failure_snapshot(comm, grads, run);
-  // Fault injection for the tests (cmake/example_ddp_peer_failure.sh): TRAINKIT_EXAMPLE_KILL="R S"
-  // makes rank R SIGKILL itself in the middle of step S (after its forward pass).
-  long long kill_rank = -1, kill_step = -1;
-  if (const char* k = std::getenv("TRAINKIT_EXAMPLE_KILL")) std::sscanf(k, "%lld %lld", &kill_rank, &kill_step);
   example::run_monitor monitor(
       {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
   if constexpr (!on_cpu)  // the caching allocator's allocated / reserved / peak bytes, device="cuda"
@@ -166,7 +160,6 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
       auto loss = tk::autograd::cross_entropy((*model)(tk::var<float, Device>(b.x.template to<Device>())),
                                               b.y.template to<Device>());
       opt.zero_grad();
-      if (rank == kill_rank && run.step() + 1 == kill_step) std::raise(SIGKILL);
       loss.backward();  // full buckets are reduced while backward goes on
       ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
       opt.step();
@@ -242,10 +235,13 @@ bool train_ddp_with(dist::mpi& comm, Comm& grads, const flags& f) {
 /// main() of a DDP example around `job` (returns the exit status). MPI lives outside the
 /// handlers, so an error is printed first and never waits in MPI_Finalize for peers that are still
 /// inside a collective: a failed peer (dist_error, which names it) exits 75, worth restarting; this
-/// rank's own error (a bad flag, a full disk, a damaged file) ends every rank now (MPI_Abort) -
-/// the others would otherwise wait in their next collective until the timeout.
+/// rank's own error (a bad flag, a full disk, a damaged file) ends every rank now
+/// (dist::abort_job) - the others would otherwise wait in their next collective until the timeout.
 template <class Job>
 int ddp_main(const char* program, int argc, char** argv, Job job) {
+  // SIGTERM/SIGINT are recorded from here on: a stop that comes while MPI, NCCL or the data start
+  // up is still a snapshot and exit status 75 at the first step boundary, not a kill (143).
+  tk::io::catch_stop_signals_early();
   dist::mpi::environment env(argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -257,9 +253,7 @@ int ddp_main(const char* program, int argc, char** argv, Job job) {
     return exit_restart;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: rank %d: %s\n", program, rank, e.what());
-    std::fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    dist::abort_job(1);  // the other ranks end now (trainkit-run, or MPI_Abort under a bare mpirun)
   }
 }
 

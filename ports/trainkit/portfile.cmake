@@ -48,6 +48,8 @@ vcpkg_cmake_install()
 vcpkg_cmake_config_fixup(CONFIG_PATH lib/cmake/trainkit)
 # lib/pkgconfig/trainkit.pc (prefix=${pcfiledir}/../..: relocatable already).
 vcpkg_fixup_pkgconfig()
+# bin/trainkit-run (the job launcher, a Python script) goes where vcpkg keeps a port's tools.
+vcpkg_copy_tools(TOOL_NAMES trainkit-run AUTO_CLEAN)
 
 file(REMOVE_RECURSE
   "${CURRENT_PACKAGES_DIR}/debug/include"

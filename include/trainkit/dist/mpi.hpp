@@ -10,6 +10,8 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -429,6 +431,22 @@ class mpi_environment {
   mpi_environment(int* argc, char*** argv) : owns_(detail::mpi_ensure_initialized(argc, argv)) {}
   bool owns_ = false;
 };
+
+/// Ends the job after this rank's own error (a bad flag, a full disk, a damaged file), once the
+/// error is printed: the other ranks must not wait for it until their timeout, nor this rank in
+/// MPI_Finalize for peers still inside a collective. Under tools/trainkit-run (TRAINKIT_RUN_ADDR
+/// set) the process exits with `code` at once and the launcher ends the other ranks and gives the
+/// job that status; under a bare launcher, MPI_Abort(MPI_COMM_WORLD, code) ends every rank (the
+/// job's status is then the launcher's).
+[[noreturn]] inline void abort_job(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (std::getenv("TRAINKIT_RUN_ADDR") == nullptr && initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
 
 /// A communicator over MPI. It works on its own duplicate of the given communicator (default
 /// MPI_COMM_WORLD, initialising MPI with MPI_THREAD_MULTIPLE if nobody has), so its traffic never

@@ -42,11 +42,36 @@ static_assert(std::atomic<int>::is_always_lock_free, "preemption_guard needs a l
 inline void preemption_handler(int sig) noexcept {
   preemption_signal().store(sig, std::memory_order_relaxed);
 }
+// Set by catch_stop_signals_early(): a signal recorded before the first guard is kept by it.
+inline std::atomic<bool>& stop_signals_caught_early() {
+  static std::atomic<bool> e{false};
+  return e;
+}
 }  // namespace detail
+
+/// Installs the recording handler for SIGTERM and SIGINT now, for the whole process, before
+/// anything slow starts (MPI_Init, NCCL, loading data): a stop signal that arrives before the
+/// training loop's preemption_guard exists is then kept, and that guard reports it at the first
+/// step boundary (a clean snapshot and exit status 75) instead of the default action killing the
+/// process (143). Call it first thing in main(); the handlers stay for the life of the process.
+inline void catch_stop_signals_early() {
+  struct sigaction sa {};
+  sa.sa_handler = &detail::preemption_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int s : {SIGTERM, SIGINT})
+    TRAINKIT_CHECK(::sigaction(s, &sa, nullptr) == 0, usage_error, "catch_stop_signals_early",
+                   "cannot install a handler for signal " << s);
+  detail::stop_signals_caught_early().store(true);
+}
+
+/// Whether a stop signal arrived since catch_stop_signals_early() (or a guard's construction).
+inline int early_stop_signal() noexcept { return detail::preemption_signal().load(std::memory_order_relaxed); }
 
 /// Installs handlers (sigaction) for the given signals - SIGTERM and SIGINT by default - that
 /// only record the signal; the loop polls requested() at step boundaries, snapshots and returns.
-/// The destructor restores the handlers that were there before. One guard may exist at a time
+/// The destructor restores the handlers that were there before. A signal that arrived after
+/// catch_stop_signals_early() and before the guard counts as requested. One guard may exist at a time
 /// (a second is a usage_error): signal dispositions are per process.
 class preemption_guard {
  public:
@@ -54,7 +79,8 @@ class preemption_guard {
     bool expected = false;
     TRAINKIT_CHECK(detail::preemption_guard_active().compare_exchange_strong(expected, true), usage_error,
                    "preemption_guard", "another preemption_guard is active in this process");
-    detail::preemption_signal().store(0);
+    // A signal caught early (catch_stop_signals_early) is this guard's to report.
+    if (!detail::stop_signals_caught_early().load()) detail::preemption_signal().store(0);
     struct sigaction sa {};
     sa.sa_handler = &detail::preemption_handler;
     sigemptyset(&sa.sa_mask);

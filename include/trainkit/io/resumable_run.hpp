@@ -212,15 +212,18 @@ class resumable_run {
     snapshot snap = state_.capture_after_failure(boundary_, o_.rank);
     add_config(snap);
     auto path = manager_->save_as_survivor(p.step, snap);
-    if (path) {
-      last_saved_ = path;
-      const std::string m = "resumable_run: rank " + std::to_string(o_.rank) + " wrote the snapshot of step " +
-                            std::to_string(p.step) + " after a peer failed: " + path->string();
-      if (o_.log)  // say() speaks for rank 0 only; the writer may be another rank
-        o_.log(m);
-      else
-        std::fprintf(stderr, "%s\n", m.c_str());
-    }
+    // Either way the user learns where the job will resume from.
+    const std::string m =
+        path ? "resumable_run: rank " + std::to_string(o_.rank) + " wrote the snapshot of step " +
+                   std::to_string(p.step) + " after a peer failed: " + path->string()
+             : "resumable_run: rank " + std::to_string(o_.rank) + ": the snapshot of step " + std::to_string(p.step) +
+                   " (the last completed) was already written after a peer failed: " +
+                   manager_->path_for(p.step).string();
+    if (path) last_saved_ = path;
+    if (o_.log)  // say() speaks for rank 0 only; the writer may be another rank
+      o_.log(m);
+    else
+      std::fprintf(stderr, "%s\n", m.c_str());
     return path;
   }
 
