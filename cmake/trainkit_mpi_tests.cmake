@@ -65,12 +65,15 @@ foreach(source IN LISTS trainkit_mpi_sources)
     # Every survivor names the failed rank, its host and pid (the probe after the timeout).
     set(named ".*rank 2 \\(host [^,]+, pid [0-9]+\\) did not answer within [0-9]+ ms - dead or stalled")
     set(survivors "rank 0: dist_error at iteration [0-9]+ after${named}|rank 1: dist_error at iteration [0-9]+ after${named}")
-    foreach(mode IN ITEMS kill stall transport)
+    foreach(mode IN ITEMS kill stall transport split)
       # --enable-recovery: mpirun keeps the job alive when a rank dies, so the survivors must find out
       # by themselves (our timeout); without it mpirun kills them all about 1 s later (test below).
       set(args -np 3 ${trainkit_mpiexec_flags} --enable-recovery $<TARGET_FILE:${name}> ${mode})
       list(JOIN args "|" args)
       set(expect "${survivors}")
+      if(mode STREQUAL "split")  # world ranks in the names, rank 0 the writer by the world's probe
+        set(expect "rank 0: dist_error at iteration [0-9]+ after${named}.*this is rank 0 .*lowest surviving rank 0|rank 1: dist_error at iteration [0-9]+ after${named}.*this is rank 1 .*lowest surviving rank 0")
+      endif()
       if(mode STREQUAL "transport")  # and the snapshot writer is rank 0 on both
         set(expect "rank 0: dist_error at iteration [0-9]+ after${named}.*lowest surviving rank 0|rank 1: dist_error at iteration [0-9]+ after${named}.*lowest surviving rank 0")
       endif()

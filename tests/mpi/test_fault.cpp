@@ -10,6 +10,10 @@
 //                                 another transport (as on NCCL, which cannot tell who is gone): after
 //                                 the timeout they ask mpi::liveness_probe(), which must name rank 2,
 //                                 and lowest_surviving_rank() must then be 0 (the snapshot writer).
+//                                 split: the allreduces run on a sub-communicator whose ranks are the
+//                                 world's reversed (world rank 2 is its rank 0); the survivors must
+//                                 still name world rank 2, and the world communicator's
+//                                 lowest_surviving_rank() must be 0 (the probe is the world's).
 //
 // What OpenMPI 4.1 does (observed with Debian's 4.1.4): by default mpirun tears the whole job down as
 // soon as a process dies on a signal ("mpirun noticed that process rank 2 ... exited on signal 9"),
@@ -21,6 +25,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +48,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<float> grad(1 << 16, 1.0f);
+  // split: a sub-communicator of the same ranks in reverse order (sub rank = 2 - world rank).
+  std::optional<mpi> reversed;
+  if (mode == "split") reversed.emplace(comm.split(0, comm.size() - 1 - comm.rank()));
+  mpi& reduce_on = reversed ? *reversed : comm;
   for (int it = 0; it < 200; ++it) {
     if (comm.rank() == victim && it == fatal_iteration) {
       std::printf("rank %d: %s at iteration %d\n", comm.rank(),
@@ -69,13 +78,14 @@ int main(int argc, char** argv) {
       return 0;
     }
     try {
-      comm.allreduce(grad.data(), grad.size(), reduce_op::avg).wait();
+      reduce_on.allreduce(grad.data(), grad.size(), reduce_op::avg).wait();
     } catch (const dist_error& e) {
       const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       const bool in_time = waited < std::chrono::duration<double>(timeout).count() + 2.0;
-      std::printf("rank %d: %sdist_error at iteration %d after %.2f s (timeout %lld ms): %s\n", comm.rank(),
-                  in_time ? "" : "FAIL: late ", it, waited, static_cast<long long>(timeout.count()),
-                  e.what());
+      std::printf("rank %d: %sdist_error at iteration %d after %.2f s (timeout %lld ms): %s; world's lowest surviving "
+                  "rank %d\n",
+                  comm.rank(), in_time ? "" : "FAIL: late ", it, waited, static_cast<long long>(timeout.count()),
+                  e.what(), comm.lowest_surviving_rank());
       std::fflush(stdout);
       // The job is broken: exit with a clear message. mpi::environment skips MPI_Finalize (it would
       // wait for the dead rank).

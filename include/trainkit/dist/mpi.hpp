@@ -148,15 +148,23 @@ struct mpi_comm_state {
   int rank = 0;
   int size = 1;
   std::chrono::milliseconds timeout{30000};
-  std::vector<std::string> hosts;  // every rank's host and pid, gathered at construction
+  std::vector<std::string> hosts;  // every rank's host, pid and MPI_COMM_WORLD rank, gathered at construction
   std::vector<long> pids;
+  std::vector<int> world_ranks;
+  // The probe runs over the whole world (a sub-communicator's survivors may be blocked in another
+  // one): the state of the first communicator congruent to MPI_COMM_WORLD, when this is not it.
+  std::shared_ptr<mpi_comm_state> world;
+  std::mutex probe_mutex;  // one probe per world state; later callers get its result
+  bool probed = false;
+  std::string probe_text;
   static constexpr int probe_token = 1;  // what a probe sends (outlives every send)
   bool probe_all_waiting = false;  // every peer's probe was there at once: this rank was the late one
   std::vector<int> probe_in;       // what it receives
 
-  /// "rank 2 (host h, pid 123)"
+  /// "rank 2 (host h, pid 123)", by world rank.
   std::string who(int r) const {
-    std::string s = "rank " + std::to_string(r);
+    const bool known = r >= 0 && static_cast<std::size_t>(r) < world_ranks.size();
+    std::string s = "rank " + std::to_string(known ? world_ranks[static_cast<std::size_t>(r)] : r);
     if (r >= 0 && static_cast<std::size_t>(r) < hosts.size())
       s += " (host " + hosts[r] + ", pid " + std::to_string(pids[r]) + ")";
     return s;
@@ -230,6 +238,26 @@ struct mpi_comm_state {
   /// Probes (probe_silent_ranks), records the result for failed_ranks(), and says who is missing:
   /// "rank 2 (host h, pid p) did not answer within 500 ms - dead or stalled; this is rank 0 (...)".
   std::string probe_and_describe(std::chrono::milliseconds window) {
+    if (world) {  // over the world, by world ranks; recorded here in this communicator's ranks
+      std::string text = world->probe_and_describe(window);
+      std::vector<int> silent_world;
+      bool late = false;
+      {
+        std::lock_guard<std::mutex> lk(world->broken_mutex);
+        silent_world = world->failed_ranks;
+        late = world->was_late;
+      }
+      std::vector<int> silent;
+      for (int r = 0; r < size; ++r)
+        if (std::find(silent_world.begin(), silent_world.end(), world_ranks[static_cast<std::size_t>(r)]) !=
+            silent_world.end())
+          silent.push_back(r);
+      record_probe(silent, late);
+      return text;
+    }
+    std::lock_guard<std::mutex> once(probe_mutex);
+    if (probed) return probe_text;
+    probed = true;
     const std::vector<int> silent = probe_silent_ranks(window);
     std::ostringstream os;
     if (silent.empty() && probe_all_waiting) {
@@ -242,7 +270,8 @@ struct mpi_comm_state {
     }
     os << "; this is " << who(rank);
     record_probe(silent, silent.empty() && probe_all_waiting);
-    return os.str();
+    probe_text = os.str();
+    return probe_text;
   }
   std::string reason() {
     std::lock_guard<std::mutex> lk(broken_mutex);
@@ -264,6 +293,17 @@ struct mpi_comm_state {
     }
   }
 };
+
+// The world-congruent communicator state whose probe every other communicator uses (weak: a job
+// that drops it falls back to probing each communicator alone).
+inline std::weak_ptr<mpi_comm_state>& world_probe_state() {
+  static std::weak_ptr<mpi_comm_state> w;
+  return w;
+}
+inline std::mutex& world_probe_mutex() {
+  static std::mutex m;
+  return m;
+}
 
 // Work that completes locally after the transfer (avg divides by the world size).
 using mpi_post_fn = void (*)(void* data, std::size_t count, int world_size);
@@ -489,13 +529,16 @@ class mpi {
     rc = MPI_Comm_dup(state_->comm, &state_->probe_comm);
     if (rc == MPI_SUCCESS) rc = MPI_Comm_set_errhandler(state_->probe_comm, MPI_ERRORS_RETURN);
     constexpr int name_bytes = 64;
-    char mine[name_bytes + sizeof(long)] = {};
+    char mine[name_bytes + sizeof(long) + sizeof(int)] = {};
     int len = 0;
     char host[MPI_MAX_PROCESSOR_NAME] = {};
     if (rc == MPI_SUCCESS) rc = MPI_Get_processor_name(host, &len);
     std::memcpy(mine, host, static_cast<std::size_t>(std::clamp(len, 0, name_bytes - 1)));
     const long pid = static_cast<long>(::getpid());
     std::memcpy(mine + name_bytes, &pid, sizeof pid);
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    std::memcpy(mine + name_bytes + sizeof(long), &world_rank, sizeof world_rank);
     std::vector<char> all(sizeof mine * static_cast<std::size_t>(state_->size));
     if (rc == MPI_SUCCESS) rc = MPI_Allgather(mine, sizeof mine, MPI_BYTE, all.data(), sizeof mine, MPI_BYTE, state_->comm);
     TRAINKIT_CHECK(rc == MPI_SUCCESS, dist_error, "trainkit::dist::mpi",
@@ -506,7 +549,21 @@ class mpi {
       long q = 0;
       std::memcpy(&q, p + name_bytes, sizeof q);
       state_->pids.push_back(q);
+      int w = 0;
+      std::memcpy(&w, p + name_bytes + sizeof(long), sizeof w);
+      state_->world_ranks.push_back(w);
     }
+    // The first communicator congruent to MPI_COMM_WORLD probes for every other (every rank makes
+    // its communicators in the same order, so every rank picks the same one).
+    int cmp = MPI_UNEQUAL;
+    MPI_Comm_compare(state_->comm, MPI_COMM_WORLD, &cmp);
+    auto& registry = detail::world_probe_state();
+    std::lock_guard<std::mutex> reg(detail::world_probe_mutex());
+    auto w = registry.lock();
+    if (!w && (cmp == MPI_CONGRUENT || cmp == MPI_IDENT))
+      registry = state_;
+    else
+      state_->world = std::move(w);
   }
 
   mpi(mpi&&) noexcept = default;
