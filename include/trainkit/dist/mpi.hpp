@@ -560,10 +560,17 @@ class mpi {
     auto& registry = detail::world_probe_state();
     std::lock_guard<std::mutex> reg(detail::world_probe_mutex());
     auto w = registry.lock();
-    if (!w && (cmp == MPI_CONGRUENT || cmp == MPI_IDENT))
+    if (!w && (cmp == MPI_CONGRUENT || cmp == MPI_IDENT)) {
       registry = state_;
-    else
+      // Every pair of ranks exchanges one message now, so that a probe after a failure never makes
+      // a transport's first connection - to a peer that may be dead (Open MPI's TCP transport
+      // connects lazily, and a rank of a sub-communicator may never have talked to the one that died).
+      std::vector<int> out(static_cast<std::size_t>(state_->size), state_->rank), in(out.size());
+      if (state_->probe_comm != MPI_COMM_NULL)
+        MPI_Alltoall(out.data(), 1, MPI_INT, in.data(), 1, MPI_INT, state_->probe_comm);
+    } else {
       state_->world = std::move(w);
+    }
   }
 
   mpi(mpi&&) noexcept = default;
