@@ -16,12 +16,8 @@ set -uo pipefail
 run="$1" exe="$2" data="$3" work="$4"
 shift 4
 launcher_flags=("$@")
-timeout_ms=2000
-export TRAINKIT_DIST_TIMEOUT_MS=$timeout_ms OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
-rm -rf "$work"
-mkdir -p "$work"
-now() { date +%s.%N; }
+# shellcheck source=tests/launch/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # timeout_ms, fail, now; a fresh $work
 secs() { python3 -c "print(f'{$2 - $1:.1f}')"; }
 base=(--data "$data" --epochs 2 --train-limit 6000 --test-limit 256 --batch 16 --seed 5 --snapshot-every 5)
 
@@ -87,17 +83,25 @@ survivor_step() {
 }
 limit_peer=$(python3 -c "print($timeout_ms / 1000 + 5)")
 
+# fault_rank1 <case> <signal> [flags]: after the first periodic snapshot, <signal> to rank 1; the job
+# must end with 75 within the timeout + 5 s, named by both survivors; sets pid1.
+fault_rank1() {
+  local c="$1" sig="$2"
+  shift 2
+  start "$c" "$@"
+  pid1=$(pid_of 1)
+  wait_snapshot "$work/$c/snaps"
+  kill "-$sig" "$pid1"
+  t_fault=$(now)
+  finish "$c" 75 "$limit_peer"
+  names_only_rank1 "$c" "$pid1"
+  [[ -n "$(survivor_step)" ]] || fail "$c: rank 0 wrote no snapshot of the last completed step"
+}
+
 # ---- kill ----------------------------------------------------------------------------------------
-start kill --compression int8
-pid1=$(pid_of 1)
-wait_snapshot "$work/kill/snaps"
-kill -KILL "$pid1"
-t_fault=$(now)
-finish kill 75 "$limit_peer"
-names_only_rank1 kill "$pid1"
+fault_rank1 kill KILL --compression int8
 grep -q "trainkit-run: rank 1 (host [^,]*, pid $pid1) was killed by SIGKILL" "$log" || fail "kill: trainkit-run did not name rank 1"
 step=$(survivor_step)
-[[ -n "$step" ]] || fail "kill: rank 0 wrote no snapshot of the last completed step"
 "$run" "${launcher_flags[@]}" -np 2 -- "$exe" "${base[@]}" --compression int8 --snapshot-dir "$work/kill/snaps" \
   --resume 1 --stop-after 3 >"$work/kill-resume.log" 2>&1
 rc=$?
@@ -105,14 +109,7 @@ rc=$?
 grep -q "at step $step" "$work/kill-resume.log" || { cat "$work/kill-resume.log"; fail "kill: the resume did not start at step $step"; }
 
 # ---- stop ----------------------------------------------------------------------------------------
-start stop
-pid1=$(pid_of 1)
-wait_snapshot "$work/stop/snaps"
-kill -STOP "$pid1"
-t_fault=$(now)
-finish stop 75 "$limit_peer"
-names_only_rank1 stop "$pid1"
-[[ -n "$(survivor_step)" ]] || fail "stop: rank 0 wrote no snapshot of the last completed step"
+fault_rank1 stop STOP
 
 # ---- error ---------------------------------------------------------------------------------------
 echo "in the way" >"$work/not-a-directory"

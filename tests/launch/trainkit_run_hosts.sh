@@ -17,12 +17,8 @@ if [[ $(id -u) != 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/nu
 fi
 if ! ip netns add tk_run_hosts_probe 2>/dev/null; then echo "SKIPPED: cannot create a network namespace"; exit 77; fi
 ip netns del tk_run_hosts_probe
-timeout_ms=2000
-export TRAINKIT_DIST_TIMEOUT_MS=$timeout_ms OMP_NUM_THREADS=1
-fail() { echo "FAIL: $*"; exit 1; }
-rm -rf "$work"
-mkdir -p "$work"
-now() { date +%s.%N; }
+# shellcheck source=tests/launch/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # timeout_ms, fail, now; a fresh $work
 
 # one_case <name> <hosts> <ranks per host> <victim world rank> <signal> [example flags]
 one_case() {
