@@ -18,7 +18,8 @@ expect() {  # expect <want rc: 0 | nonzero> <text in stderr> <args...>
     echo "FAIL: $* -> exit $rc, wanted exit $want and '$text'; stderr:"; cat "$work/err"; bad=1
   fi
 }
-expect 1 "no usable snapshot in '$work/typo' (the directory did not exist)" --snapshot-dir "$work/typo" --resume
+expect 1 "no usable snapshot in '$work/typo' (the directory did not exist" --snapshot-dir "$work/typo" --resume
+[[ ! -e "$work/typo" ]] && echo "ok: the mistyped directory was not created" || { echo "FAIL: $work/typo was created"; bad=1; }
 expect 0 "starting from scratch" --snapshot-dir "$work/auto" --resume auto
 
 # A finished run leaves its final snapshot; damage it (truncate) and resume.
@@ -29,6 +30,7 @@ truncate -s 100 "$snap"
 expect 1 "no usable snapshot in '$work/run'" --snapshot-dir "$work/run" --resume
 if [[ -f "$snap.damaged" && ! -f "$snap" ]]; then echo "ok: the damaged snapshot was kept as $(basename "$snap").damaged"
 else echo "FAIL: $snap.damaged missing or $snap still there"; ls -l "$work/run"; bad=1; fi
+expect 1 "set aside earlier as damaged: $snap.damaged" --snapshot-dir "$work/run" --resume
 expect 0 "starting from scratch" --snapshot-dir "$work/run" --resume auto
 [[ -f "$snap.damaged" && $(stat -c %s "$snap.damaged") == 100 ]] && echo "ok: the damaged file is untouched" \
   || { echo "FAIL: the damaged file changed"; bad=1; }

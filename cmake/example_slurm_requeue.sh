@@ -162,6 +162,7 @@ snaps="$work/snapshots"
 out="$work/job.out"
 jid=$(cd "$work" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   TRAINKIT_DDP_EXE="$exe" TRAINKIT_DATA="$data" TRAINKIT_SNAPSHOT_DIR="$snaps" TRAINKIT_LAUNCH="$launch" \
+  TRAINKIT_RUN="$here/../tools/trainkit-run" \
   sbatch --parsable --output="$out" "$sbatch_script" "${args[@]}") || fail "sbatch failed: $jid"
 jid=${jid%%;*}
 echo "submitted job $jid ($launch)"

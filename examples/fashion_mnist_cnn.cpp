@@ -10,7 +10,7 @@
 // --precision runs convolutions and linear layers in half/bfloat16 (fp32 master weights, loss
 // scaling for fp16); --checkpoint recomputes activations in backward instead of storing them.
 // --snapshot-dir keeps the whole training state (model, optimizer, scaler, schedule, data order,
-// RNG) there every N steps and on SIGTERM/SIGINT (then exits 0); --resume continues from the newest
+// RNG) there every N steps and on SIGTERM/SIGINT (then exits 75); --resume continues from the newest
 // good snapshot, bit-exactly. --metrics-port serves Prometheus metrics on /metrics, --metrics-log
 // appends them as JSON lines per epoch, --tensorboard DIR writes them (and the test accuracy) as
 // TensorBoard scalars per epoch.

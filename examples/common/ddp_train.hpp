@@ -106,10 +106,14 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   // On a GPU the batches go to pinned host memory: each copy to the device is one asynchronous DMA.
   tk::data::data_loader<tk::data::tensor_dataset, tk::data::distributed_sampler, Memory> batches(
       train_set, shard, {.batch_size = per_rank, .num_workers = 1, .drop_last = true});
-  const index_t steps = epochs * batches.size();
   tk::optim::sgd opt(model->parameters(), {.lr = lr, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
-  tk::optim::warmup_cosine_lr schedule({.base_lr = lr, .warmup_steps = std::min<index_t>(100, steps / 10),
-                                        .total_steps = steps, .min_lr = 0.0});
+  // The schedule counts samples, not steps: the same rate for the same training progress on any
+  // number of ranks, so a job resumed on another world size goes on where it was and ends at the
+  // same rate. Warmup: 100 steps of one rank's batch, at most a tenth of the run.
+  const index_t global_batch = per_rank * world, total_samples = epochs * train_set.size();
+  tk::optim::warmup_cosine_lr schedule({.base_lr = lr,
+                                        .warmup_steps = std::min<index_t>(100 * per_rank, total_samples / 10),
+                                        .total_steps = std::max<index_t>(total_samples, 1), .min_lr = 0.0});
   schedule.apply(opt);
 
   // This rank's slice of the test set; the correct counts are summed over the ranks.
@@ -124,7 +128,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   // residuals redistributed, the epoch continued from its global sample position (docs/ddp.md).
   tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
                              .resume = resume,
-                             .config = example::run_config(f, *model, {{"compression", f.str("compression")},
+                             .config = example::run_config(f, *model, {{"compression", std::string(Compression::name)},  // canonical: 1bit = sign_1bit
                                                                        {"hierarchical", f.str("hierarchical")}}),
                              .every_steps = snapshot_every,
                              .rank = rank, .world_size = world, .any_rank = tk::io::any_rank_of(comm),
@@ -132,8 +136,13 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
                             /*include_default_generator=*/false);
   run.track("model", *model).track("optimizer", opt).track("schedule", schedule).track("batches", batches);
   run.track_per_rank("compression", ddp.compression()).track_per_rank("rng.default", tk::default_generator());
-  run.resume();
+  if (run.resume()) schedule.apply(opt);  // the restored position's rate
   const std::int64_t first_step = run.step();
+  auto say_rate = [&](const char* when) {
+    say("%s: learning rate %.9g at sample %lld of %lld\n", when, opt.lr(), (long long)schedule.current_step(),
+        (long long)total_samples);
+  };
+  if (first_step > 0) say_rate("resumed");
   snapshot_on_peer_failure<Comm> failure_snapshot(comm, grads, run);
   example::run_monitor monitor(
       {.port = port > 0 ? port + rank : 0, .tensorboard_dir = rank == 0 ? f.str("tensorboard") : std::string()});
@@ -148,7 +157,13 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
-    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
+    // Where the epoch is over all ranks (after a resume on another world size this rank's loader
+    // starts at 0 of what is left): the bar starts at the global steps already done.
+    const index_t global_done = batches.sampler().global_position() / global_batch;
+    bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs),
+              global_done + batches.size() - batches.position(), global_done);
+    // An epoch resumed in its middle: its figures cover the part since the resume, and say so.
+    const bool partial_epoch = batches.sampler().global_position() > 0;
     const auto before = ddp.stats();
     example::stopwatch clock;
     double sums[2] = {0, 0};  // loss * samples, samples (this rank)
@@ -163,7 +178,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
       loss.backward();  // full buckets are reduced while backward goes on
       ddp.finish();     // waits for the rest; .grad() = the mean over the ranks
       opt.step();
-      schedule.step(opt);
+      schedule.step(opt, global_batch);
       tk::add_(loss_sum, loss.value(), double(b.x.size(0)));
       const double loss_value = watched ? double(loss.item()) : NAN;  // NaN: not read, not shown
       sums[1] += double(b.x.size(0));
@@ -177,7 +192,10 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
                                  .data_wait_seconds = data_wait});
       bar.step(b.x.size(0) * world, loss_value);  // samples of all ranks
       if (stop_after > 0 && run.step() + 1 - first_step == stop_after) run.request_stop();  // on every rank
-      if (run.step_done()) return true;  // a rank was signalled: snapshot written, all stop
+      if (run.step_done()) {  // a rank was signalled: snapshot written, all stop
+        say_rate("stopped");
+        return true;
+      }
     }
     bar.end();  // the epoch's summary line takes its place
     monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);  // TensorBoard on rank 0
@@ -196,9 +214,10 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
     const double exposed_s = after.exposed_seconds - before.exposed_seconds;
     const double mib = double(after.bytes_sent - before.bytes_sent) / (1 << 20);
     say("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  comm %.1f%% (exposed %.1f%%)  "
-        "sent %.1f MiB/rank\n",
+        "sent %.1f MiB/rank%s\n",
         (long long)epoch + 1, sums[0] / sums[1], 100.0 * correct / double(test_set.size()), sums[1] / secs,
-        100.0 * comm_s / secs, 100.0 * exposed_s / secs, mib);
+        100.0 * comm_s / secs, 100.0 * exposed_s / secs, mib,
+        partial_epoch ? "  (loss, samples/s and comm since the resume)" : "");
     if (auto* tb = monitor.tensorboard()) {  // rank 0 only
       tb->add_scalar("eval/test_accuracy", correct / double(test_set.size()), run.step());
       tb->flush();

@@ -412,6 +412,7 @@ TEST_CASE("--resume (required) needs a usable snapshot; auto starts from scratch
                                     m.find("--resume auto") != std::string::npos;
                            }));
     REQUIRE(g.offset() == 0);
+    REQUIRE(!fs::exists(dir));  // nothing created: a retry or --resume auto does not find an empty one
   }
   SECTION("an empty directory, auto") {
     const auto dir = io_test::fresh_dir("guard_empty_auto");

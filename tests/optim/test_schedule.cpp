@@ -256,6 +256,32 @@ TEST_CASE("a schedule's counter is its state: resuming continues the sequence", 
   CHECK_THROWS_AS(resumed.set_state({.step = -1}), value_error);
 }
 
+TEST_CASE("a schedule counted in samples gives a resumed run on another world size the same rates",
+          "[optim][schedule]") {
+  // 2 ranks x 16 samples per step for 10 steps, then the job resumes on 3 ranks (48 per step): at
+  // every sample position both see lr_at(position), and the rate does not jump at the resume.
+  var<double> p(tensor<double>::zeros({1}), true);
+  const optim::warmup_cosine_options o{.base_lr = 0.1, .warmup_steps = 160, .total_steps = 1536, .min_lr = 0.0};
+  optim::sgd<double> opt(std::vector{p}, {.lr = 0.1});
+  optim::warmup_cosine_lr two(o);
+  two.apply(opt);
+  for (int k = 0; k < 10; ++k) two.step(opt, 2 * 16);
+  CHECK(two.current_step() == 320);
+  CHECK(opt.lr() == two.lr_at(320));
+  optim::warmup_cosine_lr three(o);
+  three.set_state(two.get_state());
+  optim::sgd<double> opt3(std::vector{p}, {.lr = 0.1});
+  three.apply(opt3);
+  CHECK(opt3.lr() == opt.lr());  // no jump at the resume
+  optim::warmup_cosine_lr uninterrupted(o);
+  for (std::int64_t pos = 320; pos + 48 <= 1536; pos += 48) {
+    three.step(opt3, 48);
+    CHECK(opt3.lr() == uninterrupted.lr_at(pos + 48));
+  }
+  CHECK(three.current_step() == 320 + 25 * 48);
+  CHECK_THROWS_AS(three.step(opt3, -1), value_error);
+}
+
 TEST_CASE("schedules reject invalid options", "[optim][schedule]") {
   CHECK_THROWS_MATCHES(optim::step_lr({.step_size = 0}), value_error,
                        what_contains({"step_lr", "step_size", "0"}));

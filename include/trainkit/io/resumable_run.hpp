@@ -80,6 +80,12 @@ class resumable_run {
     if (o_.dir.empty()) return;
     std::error_code ec;
     dir_existed_ = std::filesystem::is_directory(o_.dir, ec);
+    // --resume 1 on a directory that is not there: resume() says so, and nothing is created (a
+    // retry, or --resume auto, must not find an empty directory made by the typo).
+    if (!dir_existed_ && o_.resume == resume_mode::required) {
+      if (o_.handle_signals) guard_.emplace();
+      return;
+    }
     snapshot_manager_options mo;
     mo.keep_last = o_.keep_last;
     mo.rank = o_.rank;
@@ -116,15 +122,20 @@ class resumable_run {
   bool resume() {
     boundary_ = state_.capture_boundary();  // step 0, for save_after_failure() (or the resumed step's below)
     if (o_.resume == resume_mode::off) return false;
-    TRAINKIT_CHECK(manager_.has_value(), usage_error, "resumable_run::resume",
+    TRAINKIT_CHECK(manager_.has_value() || !o_.dir.empty(), usage_error, "resumable_run::resume",
                    "resuming needs a snapshot directory (resumable_run_options::dir is empty)");
+    TRAINKIT_CHECK(manager_.has_value(), io_error, "resumable_run::resume",
+                   "--resume: no usable snapshot in '" << o_.dir
+                                                       << "' (the directory did not exist; nothing was created); to "
+                                                          "start from scratch when there is none, resume if present "
+                                                          "(--resume auto)");
     auto got = manager_->load_latest();
     if (!got) {
       TRAINKIT_CHECK(o_.resume != resume_mode::required, io_error, "resumable_run::resume",
                      "--resume: no usable snapshot in '"
                          << o_.dir << "'"
                          << (dir_existed_ ? std::string() : std::string(" (the directory did not exist)"))
-                         << rejected_list(manager_->last_rejected())
+                         << rejected_list(manager_->last_rejected()) << set_aside_list()
                          << "; to start from scratch when there is none, resume if present (--resume auto)");
       say("resumable_run: no usable snapshot in '" + o_.dir + "', starting from scratch");
       return false;
@@ -249,6 +260,14 @@ class resumable_run {
     if (o_.config.empty()) return;
     auto& c = snap.add_section(std::string(config_section));
     for (const auto& [k, v] : o_.config) c.put_string(k, v);
+  }
+  // Damaged snapshots an earlier resume set aside (*.damaged): named, so a second attempt says why.
+  std::string set_aside_list() const {
+    std::string r;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(o_.dir, ec), end; !ec && it != end; it.increment(ec))
+      if (it->path().extension() == ".damaged") r += (r.empty() ? "; set aside earlier as damaged: " : ", ") + it->path().string();
+    return r;
   }
   static std::string rejected_list(const std::vector<std::string>& rejected) {
     std::string r;

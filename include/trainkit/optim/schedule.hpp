@@ -2,7 +2,9 @@
 // snapshot saves, and the two ways of handing the rate to an optimizer.
 //
 // A schedule is a pure function lr_at(k) of the optimizer step k (k = 0 is the first step) plus
-// the counter k. The loop is
+// the counter k - or of the samples trained so far, when the loop advances it by each step's
+// global batch (step(opt, samples)): the unit to use when the job may resume on another number of
+// ranks. The loop is
 //
 //   sched.apply(opt);                      // lr_at(0) (or the resumed step's rate)
 //   for (...) { ...backward...; opt.step(); sched.step(opt); }
@@ -35,7 +37,16 @@ class schedule_base {
   /// Advances to the next step and sets its rate on opt.
   template <optimizer O>
   void step(O& opt) {
-    ++state_.step;
+    step(opt, 1);
+  }
+  /// Advances the counter by `units` and sets the rate there. Counting samples (the global batch of
+  /// each step: units = per-rank batch x ranks) makes the schedule a function of training
+  /// progress: a job resumed on another number of ranks continues at the same rate for the same
+  /// samples and ends where an uninterrupted run does (give warmup and total in samples too).
+  template <optimizer O>
+  void step(O& opt, std::int64_t units) {
+    TRAINKIT_CHECK(units >= 0, value_error, "schedule::step", "cannot advance by " << units << " (< 0)");
+    state_.step += units;
     opt.set_lr(current_lr());
   }
   /// Sets the rate of the current step on opt without advancing (start of training, resume).
