@@ -11,6 +11,7 @@
 #          ends within 5 s with status 1.
 #   term   SIGTERM sent straight to every rank while they start (as Slurm does): a snapshot and 75;
 #          and SIGTERM to trainkit-run itself mid-run: passed to the ranks, snapshot, 75.
+#   missing  a program that does not exist: every rank says so, status 127.
 #   trainkit_run_faults.sh <trainkit-run> <fashion_mnist_ddp> <data dir> <work dir> [launcher flags...]
 set -uo pipefail
 run="$1" exe="$2" data="$3" work="$4"
@@ -138,4 +139,11 @@ kill -TERM "$job"
 t_fault=$(now)
 finish term_launcher 75 10
 grep -q "resumable_run: stop requested.* - snapshot of step [0-9]* written" "$log" || fail "term_launcher: no snapshot"
-echo "PASS: kill, stop, error and term under trainkit-run"
+# ---- a program that is not there: every rank says so, the job's status is 127 (a shell's) ----------
+"$run" "${launcher_flags[@]}" -np 3 -- "$work/no-such-program" >"$work/missing.log" 2>&1
+rc=$?
+cat "$work/missing.log"
+[[ $rc == 127 ]] || fail "missing: trainkit-run exited $rc, want 127"
+[[ $(grep -c "cannot start $work/no-such-program: No such file or directory" "$work/missing.log") == 3 ]] ||
+  fail "missing: not every rank said it cannot start the program"
+echo "PASS: kill, stop, error, term and a missing program under trainkit-run"
