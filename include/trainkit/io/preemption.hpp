@@ -42,6 +42,14 @@ static_assert(std::atomic<int>::is_always_lock_free, "preemption_guard needs a l
 inline void preemption_handler(int sig) noexcept {
   preemption_signal().store(sig, std::memory_order_relaxed);
 }
+// The handler's sigaction: record, and let a write() in progress continue (not fail with EINTR).
+inline struct sigaction recording_action() noexcept {
+  struct sigaction sa {};
+  sa.sa_handler = &preemption_handler;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  return sa;
+}
 // Set by catch_stop_signals_early(): a signal recorded before the first guard is kept by it.
 inline std::atomic<bool>& stop_signals_caught_early() {
   static std::atomic<bool> e{false};
@@ -55,18 +63,12 @@ inline std::atomic<bool>& stop_signals_caught_early() {
 /// step boundary (a clean snapshot and exit status 75) instead of the default action killing the
 /// process (143). Call it first thing in main(); the handlers stay for the life of the process.
 inline void catch_stop_signals_early() {
-  struct sigaction sa {};
-  sa.sa_handler = &detail::preemption_handler;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
+  const struct sigaction sa = detail::recording_action();
   for (int s : {SIGTERM, SIGINT})
     TRAINKIT_CHECK(::sigaction(s, &sa, nullptr) == 0, usage_error, "catch_stop_signals_early",
                    "cannot install a handler for signal " << s);
   detail::stop_signals_caught_early().store(true);
 }
-
-/// Whether a stop signal arrived since catch_stop_signals_early() (or a guard's construction).
-inline int early_stop_signal() noexcept { return detail::preemption_signal().load(std::memory_order_relaxed); }
 
 /// Installs handlers (sigaction) for the given signals - SIGTERM and SIGINT by default - that
 /// only record the signal; the loop polls requested() at step boundaries, snapshots and returns.
@@ -81,10 +83,7 @@ class preemption_guard {
                    "preemption_guard", "another preemption_guard is active in this process");
     // A signal caught early (catch_stop_signals_early) is this guard's to report.
     if (!detail::stop_signals_caught_early().load()) detail::preemption_signal().store(0);
-    struct sigaction sa {};
-    sa.sa_handler = &detail::preemption_handler;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // a write() in progress continues instead of failing with EINTR
+    const struct sigaction sa = detail::recording_action();
     for (int s : signals) {
       struct sigaction old {};
       if (::sigaction(s, &sa, &old) != 0) {
