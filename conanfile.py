@@ -79,7 +79,7 @@ class TrainkitConan(ConanFile):
         "with_cuda": False,
         "with_mpi": False,
     }
-    exports_sources = "include/*", "LICENSE"
+    exports_sources = "include/*", "tools/trainkit-run", "LICENSE"
     no_copy_source = True
 
     _cmake_module = os.path.join("lib", "cmake", "conan-trainkit-properties.cmake")
@@ -132,6 +132,10 @@ class TrainkitConan(ConanFile):
         copy(self, "*.cuh", src=os.path.join(self.source_folder, "include"),
              dst=os.path.join(self.package_folder, "include"))
         save(self, os.path.join(self.package_folder, self._cmake_module), _CMAKE_MODULE)
+        # The launcher (docs/ddp.md, "Launching"): a Python 3 script, installed executable.
+        copy(self, "trainkit-run", src=os.path.join(self.source_folder, "tools"),
+             dst=os.path.join(self.package_folder, "bin"))
+        os.chmod(os.path.join(self.package_folder, "bin", "trainkit-run"), 0o755)
 
     # ---------------------------------------------------------------------------------------------
     # Locating the system dependencies (package_info() runs on the consumer's machine).
@@ -208,7 +212,11 @@ class TrainkitConan(ConanFile):
         blas_includedirs, blas_libdirs = self._openblas()
         core.includedirs = ["include"] + blas_includedirs
         core.libdirs = [d for d in blas_libdirs if os.path.normpath(d) not in self._default_lib_dirs()]
-        core.bindirs = []
+        # bin/trainkit-run, the launcher. A header-only package is not a run requirement by
+        # default: consumers that start jobs from Conan's environment write
+        # requires("trainkit/x.y.z", run=True) and find it on the PATH of `conanrun`.
+        core.bindirs = ["bin"]
+        self.runenv_info.prepend_path("PATH", os.path.join(self.package_folder, "bin"))
         core.system_libs = ["openblas", "z"]
         # OpenMP and threads are compiler flags with GCC and Clang, at compile and at link time.
         core.cxxflags = ["-fopenmp", "-pthread"]

@@ -12,7 +12,8 @@ class TrainkitTestConan(ConanFile):
     test_type = "explicit"
 
     def requirements(self):
-        self.requires(self.tested_reference_str)
+        # run=True: the package's bin/ (trainkit-run) on the PATH of the `conanrun` environment.
+        self.requires(self.tested_reference_str, run=True)
 
     def layout(self):
         cmake_layout(self)
@@ -34,10 +35,16 @@ class TrainkitTestConan(ConanFile):
         if not can_run(self):
             return
         self.run(os.path.join(self.cpp.build.bindir, "test_package"), env="conanrun")
+        # The launcher the package ships, from the consumer's run environment.
+        self.run("trainkit-run --help", env="conanrun")
         trainkit = self.dependencies["trainkit"]
         if trainkit.options.with_mpi:
             # A singleton MPI process (no mpirun): MPI_Init, one allreduce over one rank.
             self.run(os.path.join(self.cpp.build.bindir, "test_package_mpi"), env="conanrun")
+            # The same program as a 2-rank job, started by the packaged trainkit-run on mpirun.
+            root = " --allow-run-as-root" if hasattr(os, "geteuid") and os.geteuid() == 0 else ""
+            self.run(f"trainkit-run -np 2 --oversubscribe{root} -- "
+                     + os.path.join(self.cpp.build.bindir, "test_package_mpi"), env="conanrun")
         if trainkit.options.with_cuda:
             # Links the CUDA libraries and reports their versions; needs no GPU.
             self.run(os.path.join(self.cpp.build.bindir, "test_package_cuda"), env="conanrun")
