@@ -28,7 +28,7 @@ start() {
   shift
   log="$work/$c.log"
   mkdir -p "$work/$c"
-  "$run" "${launcher_flags[@]}" -np 3 -- "$exe" "${base[@]}" --snapshot-dir "$work/$c/snaps" "$@" >"$log" 2>&1 &
+  "$run" "${launcher_flags[@]}" -n 3 -- "$exe" "${base[@]}" --snapshot-dir "$work/$c/snaps" "$@" >"$log" 2>&1 &
   job=$!
 }
 # pid_of <rank>: the rank's pid from trainkit-run's "started" line (waits for it).
@@ -65,6 +65,7 @@ finish() {
     pgrep -af "$work/$c/snaps"
     fail "$c: processes of the job are left"
   fi
+  no_leftovers "$c"
   echo "--- $c: status $rc, ended ${took} s after the fault"
 }
 # names_only_rank1 <case> <pid>: every survivor names rank 1 with that pid, and no survivor names another rank.
@@ -103,11 +104,12 @@ fault_rank1() {
 fault_rank1 kill KILL --compression int8
 grep -q "trainkit-run: rank 1 (host [^,]*, pid $pid1) was killed by SIGKILL" "$log" || fail "kill: trainkit-run did not name rank 1"
 step=$(survivor_step)
-"$run" "${launcher_flags[@]}" -np 2 -- "$exe" "${base[@]}" --compression int8 --snapshot-dir "$work/kill/snaps" \
+"$run" "${launcher_flags[@]}" -n 2 -- "$exe" "${base[@]}" --compression int8 --snapshot-dir "$work/kill/snaps" \
   --resume 1 --stop-after 3 >"$work/kill-resume.log" 2>&1
 rc=$?
 [[ $rc == 75 ]] || { cat "$work/kill-resume.log"; fail "kill: the resume on 2 ranks (3 steps, then a stop) exited $rc, want 75"; }
 grep -q "at step $step" "$work/kill-resume.log" || { cat "$work/kill-resume.log"; fail "kill: the resume did not start at step $step"; }
+no_leftovers kill-resume
 
 # ---- stop ----------------------------------------------------------------------------------------
 fault_rank1 stop STOP
@@ -117,7 +119,7 @@ echo "in the way" >"$work/not-a-directory"
 log="$work/error.log"
 mkdir -p "$work/error"
 t_fault=$(now)
-"$run" "${launcher_flags[@]}" -np 3 -- "$exe" "${base[@]}" --snapshot-dir "$work/not-a-directory/snaps" >"$log" 2>&1 &
+"$run" "${launcher_flags[@]}" -n 3 -- "$exe" "${base[@]}" --snapshot-dir "$work/not-a-directory/snaps" >"$log" 2>&1 &
 job=$!
 finish error 1 5
 grep -q "fashion_mnist_ddp: rank 0: .*cannot create the snapshot directory" "$log" || fail "error: rank 0's message is missing"
@@ -140,10 +142,11 @@ t_fault=$(now)
 finish term_launcher 75 10
 grep -q "resumable_run: stop requested.* - snapshot of step [0-9]* written" "$log" || fail "term_launcher: no snapshot"
 # ---- a program that is not there: every rank says so, the job's status is 127 (a shell's) ----------
-"$run" "${launcher_flags[@]}" -np 3 -- "$work/no-such-program" >"$work/missing.log" 2>&1
+"$run" "${launcher_flags[@]}" -n 3 -- "$work/no-such-program" >"$work/missing.log" 2>&1
 rc=$?
 cat "$work/missing.log"
 [[ $rc == 127 ]] || fail "missing: trainkit-run exited $rc, want 127"
 [[ $(grep -c "cannot start $work/no-such-program: No such file or directory" "$work/missing.log") == 3 ]] ||
   fail "missing: not every rank said it cannot start the program"
+no_leftovers missing
 echo "PASS: kill, stop, error, term and a missing program under trainkit-run"

@@ -5,6 +5,10 @@
 #   flat3    3 hosts x 1 rank, int8: SIGKILL of rank 1 (on host h1)
 #   hier2x2  2 hosts x 2 ranks, hierarchical int8: SIGKILL of world rank 2 (the first of host b)
 #   stop2x2  2 hosts x 2 ranks, hierarchical int8: SIGSTOP of world rank 3
+#   full3    3 hosts x 1 rank: rank 0's own error - its snapshot disk (a 1 MiB tmpfs) is full at the
+#            first periodic snapshot: its message (file, offset, errno), the job's status 1 within
+#            5 s, the other ranks ended by trainkit-run, the snapshot directory left without a
+#            partial file
 # Each: every survivor names the failed rank by its world rank, host and pid within the timeout +
 # 5 s and never a live rank; rank 0 says which snapshot holds the last completed step; the job's
 # status is 75; no mpirun, orted or rank is left, nor a namespace. Exit 77 (skipped) where
@@ -69,10 +73,47 @@ one_case() {
     pgrep -a orted; pgrep -af "$snaps"; fail "$name: processes of the job are left"
   fi
   ip netns list | grep -q tk_allreduce && fail "$name: a namespace is left"
+  no_leftovers "$name"
   echo "--- $name: rank $victim ($host) named by all $survivors survivors within $(python3 -c "print(f'{$t_named - $t_fault:.1f}')") s; status 75; nothing left"
+}
+
+# own_error_case <name> <hosts> <ranks per host>: rank 0's snapshot disk is full.
+own_error_case() {
+  local name="$1" hosts="$2" per="$3"
+  local log="$work/$name.log" disk="$work/$name/disk"
+  mkdir -p "$disk"
+  mount -t tmpfs -o size=1m tmpfs "$disk" || fail "$name: cannot mount a 1 MiB tmpfs on $disk"
+  local t0 rc t1
+  t0=$(now)
+  TRAINKIT_RUN="$run" RATES=1gbit HOSTS=$hosts RANKS_PER_HOST=$per sh "$src/benchmarks/allreduce_netns.sh" "$exe" \
+    --data "$data" --epochs 2 --train-limit 6000 --test-limit 256 --batch 16 --seed 5 --snapshot-every 5 \
+    --compression int8 --snapshot-dir "$disk/snaps" >"$log" 2>&1
+  rc=$?
+  t1=$(now)
+  local left
+  left=$(ls -A "$disk/snaps" 2>/dev/null)
+  umount "$disk"
+  cat "$log"
+  [[ $rc == 1 ]] || fail "$name: the job exited $rc, want 1 (rank 0's own error)"
+  grep -q "fashion_mnist_ddp: rank 0: snapshot: writing '.*' failed at byte offset [0-9]* .*No space left on device" "$log" ||
+    fail "$name: rank 0 did not say which file, offset and error"
+  grep -q "trainkit-run: job exit status 1: rank 0 (host [^,]*, pid [0-9]*) failed with its own error" "$log" ||
+    fail "$name: trainkit-run did not name rank 0"
+  [[ -z "$left" ]] || fail "$name: the full disk holds '$left' (a partial snapshot)"
+  # The ranks start in ~1-2 s on 2 cores and fail at step 5; the job must end within 5 s of that.
+  python3 -c "import sys; sys.exit(0 if $t1 - $t0 <= 15 else 1)" ||
+    fail "$name: the job took $(python3 -c "print(f'{$t1 - $t0:.1f}')") s"
+  sleep 0.5
+  if pgrep -x orted >/dev/null || pgrep -f "$disk" >/dev/null; then
+    pgrep -a orted; pgrep -af "$disk"; fail "$name: processes of the job are left"
+  fi
+  ip netns list | grep -q tk_allreduce && fail "$name: a namespace is left"
+  no_leftovers "$name"
+  echo "--- $name: rank 0's full disk: status 1 after $(python3 -c "print(f'{$t1 - $t0:.1f}')") s; nothing left"
 }
 
 one_case flat3 3 1 1 KILL
 one_case hier2x2 2 2 2 KILL --hierarchical 1
 one_case stop2x2 2 2 3 STOP --hierarchical 1
-echo "PASS: 3 x 1 flat, 2 x 2 hierarchical (SIGKILL, SIGSTOP) under trainkit-run"
+own_error_case full3 3 1
+echo "PASS: 3 x 1 flat, 2 x 2 hierarchical (SIGKILL, SIGSTOP), 3 x 1 full disk under trainkit-run"
