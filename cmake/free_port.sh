@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # cmake/free_port.sh - sourced by the tests that start services (example_prometheus.sh,
-# example_slurm_requeue.sh). (No shebang: a library of functions.)
+# tests/launch/slurm.sh). (No shebang: a library of functions.)
 
 # free_port: prints a TCP port nothing listens on (ss lists the listening ones); fails after 100 tries.
 free_port() {

@@ -21,7 +21,7 @@ TRAINKIT_DEBIAN_PACKAGES=(
   libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
   prometheus        # a real Prometheus server scrapes a training run (tests/monitor, examples/)
   curl              # the example test asks the Prometheus HTTP API
-  slurm-wlm         # slurmctld, slurmd, sbatch, srun (PMIx): the Slurm requeue test runs a one-node cluster
+  slurm-wlm         # slurmctld, slurmd, sbatch, salloc, srun: the Slurm test (requeue, faults) runs a one-node cluster
   munge             # munged: Slurm's authentication, started by that test with its own key
   clang             # clang++ for the libFuzzer harnesses: scripts/fuzz.sh, tests/fuzz/
   libclang-rt-dev   # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes (only a Recommends of clang)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# example_slurm_requeue.sh - ctest example_fashion_mnist_ddp_slurm_requeue: the 2-rank DDP example
-# as a preemptible Slurm job, on a real one-node Slurm cluster (Debian's slurm-wlm and munge) that
-# this script starts on localhost from a generated configuration in a temporary directory.
+# slurm.sh - ctest launch_slurm: the DDP example under Slurm, on a real one-node Slurm cluster
+# (Debian's slurm-wlm and munge) that this script starts on localhost from a generated
+# configuration in a temporary directory. Two parts share the cluster:
 #
+# Part 1, requeue: the 2-rank example as a preemptible job.
 # The job (examples/slurm/fashion_mnist_ddp.sbatch, the script users submit) is interrupted twice:
 #   1. `scontrol requeue` (what preemption does): Slurm sends SIGTERM to the ranks, they write a
 #      snapshot and exit 75, Slurm requeues the job;
@@ -14,14 +15,21 @@
 # exactly those snapshots (--resume auto), the script requeued the job after the second stop, the
 # job COMPLETED with exit code 0, and the digest is bit-identical to the reference.
 #
+# Part 2, faults: tests/launch/trainkit_run_faults.sh inside a 3-task allocation (salloc -n 3), the
+# ranks started by trainkit-run on mpirun inside the allocation, as the sbatch script starts them:
+# SIGKILL and SIGSTOP of rank 1, rank 0's own error, SIGTERM to the ranks and to trainkit-run, a
+# missing program - the survivors' messages (world rank, host, pid), the snapshot of the last
+# completed step, the job's status (75 / 1 / 127), its time to end, nothing left behind.
+#
 # Exit 77 (skipped) with a "SKIPPED: <reason>" line only where the cluster cannot start (no Slurm
 # or munge binaries, not root, a daemon that does not come up). Every daemon started here is
 # stopped on any exit, and the temporary directory is removed.
-#   example_slurm_requeue.sh <fashion_mnist_ddp> <fashion-mnist dir> <scratch dir>
+#   slurm.sh <fashion_mnist_ddp> <fashion-mnist dir> <scratch dir>
 set -uo pipefail
 exe=$1 data=$2 work=$3
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-sbatch_script="$here/../examples/slurm/fashion_mnist_ddp.sbatch"
+sbatch_script="$here/../../examples/slurm/fashion_mnist_ddp.sbatch"
+trainkit_run="$here/../../tools/trainkit-run"
 t_start=$(date +%s)
 elapsed() { echo "$(($(date +%s) - t_start)) s"; }
 skip() { echo "SKIPPED: $*"; exit 77; }
@@ -72,7 +80,7 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # shellcheck source=cmake/free_port.sh
-source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
+source "$here/../../cmake/free_port.sh"
 
 # --- munge: a fresh key, its own socket.
 mkdir -p "$tmp/munge" "$tmp/log" "$tmp/state" "$tmp/spool"
@@ -88,7 +96,7 @@ for _ in $(seq 100); do [[ -S "$tmp/munge/socket" ]] && break; kill -0 "${pids[0
 # --- slurm.conf: one node (this machine, as localhost) and one partition. No accounting, no
 # cgroups. cred_expire=5 and a scheduler pass every 2 s: a requeued job waits ~12 s, not ~2 min.
 cpus=$(nproc)
-((cpus < 2)) && cpus=2  # two tasks; config_overrides lets the node claim them on one core
+((cpus < 3)) && cpus=3  # three tasks (part 2); config_overrides lets the node claim them on fewer cores
 ctld_port=$(free_port) || skip "no free TCP port for slurmctld"
 slurmd_port=$(free_port) || skip "no free TCP port for slurmd"
 cat > "$SLURM_CONF" <<CONF
@@ -142,9 +150,8 @@ if [[ "$state" != idle ]]; then
 fi
 echo "cluster: slurmctld :$ctld_port, slurmd :$slurmd_port, node localhost idle with $cpus CPUs ($(elapsed))"
 
-# srun starts the ranks through Slurm's PMIx plugin where it has one; else Open MPI's mpirun.
-launch=srun
-srun --mpi=list 2>&1 | grep -qw pmix || { launch=mpirun; echo "note: Slurm has no PMIx plugin here; the job uses mpirun"; }
+# The sbatch script's default: trainkit-run on Open MPI's mpirun, which reads the allocation.
+launch=mpirun
 
 # 128 steps (8192 images / 2 ranks / 64), ~5 s on 2 cores: long enough to interrupt twice.
 args=(--epochs 2 --train-limit 8192 --test-limit 500 --batch 64 --seed 7 --snapshot-every 10)
@@ -162,7 +169,7 @@ snaps="$work/snapshots"
 out="$work/job.out"
 jid=$(cd "$work" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   TRAINKIT_DDP_EXE="$exe" TRAINKIT_DATA="$data" TRAINKIT_SNAPSHOT_DIR="$snaps" TRAINKIT_LAUNCH="$launch" \
-  TRAINKIT_RUN="$here/../tools/trainkit-run" \
+  TRAINKIT_RUN="$trainkit_run" \
   sbatch --parsable --output="$out" "$sbatch_script" "${args[@]}") || fail "sbatch failed: $jid"
 jid=${jid%%;*}
 echo "submitted job $jid ($launch)"
@@ -245,4 +252,18 @@ if ((${#bad[@]})); then
 fi
 echo "job $jid: 3 runs (Restarts=$restarts), stopped at steps ${stops[*]} by scontrol requeue and the batch SIGTERM," \
   "resumed at ${resumes[*]}, digest ${digests[0]} = reference ($(elapsed))"
+
+# --- part 2: the fault matrix in a 3-task allocation, ranks started by trainkit-run on mpirun
+# (which starts its daemon through srun). Not on srun itself: its PMIx plugin cancels the whole
+# step when one rank dies, before a survivor can name it (docs/ddp.md, "Preemptible jobs on Slurm").
+launcher=(--launcher mpirun)
+
+OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 salloc --quiet -n 3 --cpus-per-task=1 \
+  bash "$here/trainkit_run_faults.sh" "$trainkit_run" "$exe" "$data" "$work/faults" "${launcher[@]}" \
+  >"$work/faults.log" 2>&1
+rc=$?
+cat "$work/faults.log"
+((rc == 0)) || fail "the fault matrix under Slurm (salloc -n 3, trainkit-run ${launcher[*]}) failed (status $rc)"
+grep -q "^PASS: " "$work/faults.log" || fail "the fault matrix under Slurm did not report PASS"
+echo "faults under Slurm (${launcher[*]}): passed ($(elapsed))"
 echo "OK"
