@@ -1,24 +1,32 @@
 # shellcheck shell=bash
-# scripts/deps.sh - sourced by setup.sh and test.sh: install the Debian packages trainkit needs.
+# scripts/deps.sh - sourced by setup.sh and test.sh: install the Debian packages trainkit needs
+# (setup.sh: the first example's; test.sh: everything).
 # (No shebang: it is a library of functions, not a program.)
 
-# What building, testing and the examples need on Debian 12.
-TRAINKIT_DEBIAN_PACKAGES=(
+# What scripts/setup.sh needs on Debian 12: the compiler and the build tools, the libraries the
+# CPU library uses, and the data set the first example trains on.
+TRAINKIT_SETUP_PACKAGES=(
   build-essential   # g++ 12, make, libc headers
   cmake             # >= 3.25
   ninja-build
-  pkg-config        # the pkg-config package test
-  doxygen           # the API reference: scripts/docs.sh, ctest docs_doxygen (fails on any warning)
   libopenblas-dev   # CBLAS: GEMM and friends
   libopenblas-openmp-dev  # the OpenMP build of OpenBLAS: shares the thread pool with our kernels
   libdnnl-dev       # oneDNN: bf16 GEMM (AVX512-BF16/AMX) and faster small fp32 GEMMs on the CPU
-  catch2            # Catch2 v2, <catch2/catch.hpp>
   zlib1g-dev        # gzip'd IDX files
-  libbenchmark-dev  # benchmarks/
-  libopenmpi-dev    # MPI communicator (dist/mpi.hpp) and the multi-process tests
-  openmpi-bin       # mpirun
   dataset-fashion-mnist  # /usr/share/datasets/fashion-mnist/*.gz for tests and examples
+)
+# What the other examples and the benchmarks add (scripts/setup.sh --all), and what the test suite
+# adds on top (scripts/test.sh installs all three lists).
+TRAINKIT_EXAMPLE_PACKAGES=(
+  libopenmpi-dev    # MPI communicator (dist/mpi.hpp): the data-parallel example, tests/mpi
+  openmpi-bin       # mpirun
+  libbenchmark-dev  # benchmarks/
   libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
+)
+TRAINKIT_TEST_PACKAGES=(
+  pkg-config        # the pkg-config package test
+  doxygen           # the API reference: scripts/docs.sh, ctest docs_doxygen (fails on any warning)
+  catch2            # Catch2 v2, <catch2/catch.hpp>
   prometheus        # a real Prometheus server scrapes a training run (tests/monitor, examples/)
   curl              # the example test asks the Prometheus HTTP API
   slurm-wlm         # slurmctld, slurmd, sbatch, salloc, srun: the Slurm test (requeue, faults) runs a one-node cluster
@@ -27,17 +35,21 @@ TRAINKIT_DEBIAN_PACKAGES=(
   libclang-rt-dev   # libclang-rt-14-dev: libFuzzer and the sanitizer runtimes (only a Recommends of clang)
   time              # GNU time: benchmarks/compile_time.sh reads the compiler's CPU time and peak memory
 )
+TRAINKIT_DEBIAN_PACKAGES=("${TRAINKIT_SETUP_PACKAGES[@]}" "${TRAINKIT_EXAMPLE_PACKAGES[@]}" "${TRAINKIT_TEST_PACKAGES[@]}")
 
 # trainkit_package_installed <pkg>: true when dpkg reports it fully installed.
 trainkit_package_installed() {
   [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null)" == "install ok installed" ]]
 }
 
-# trainkit_install_deps: apt-get install whatever of TRAINKIT_DEBIAN_PACKAGES is missing; nothing
-# (not even apt-get update) when all are there. Uses sudo when not root.
+# trainkit_install_deps [package ...]: apt-get install whatever of the packages (default: all of
+# TRAINKIT_DEBIAN_PACKAGES) is missing; nothing (not even apt-get update) when all are there. Uses
+# sudo when not root.
 trainkit_install_deps() {
   local missing=() pkg
-  for pkg in "${TRAINKIT_DEBIAN_PACKAGES[@]}"; do
+  local -a wanted=("$@")
+  ((${#wanted[@]})) || wanted=("${TRAINKIT_DEBIAN_PACKAGES[@]}")
+  for pkg in "${wanted[@]}"; do
     trainkit_package_installed "$pkg" || missing+=("$pkg")
   done
   if ((${#missing[@]} == 0)); then
