@@ -128,7 +128,7 @@ SlurmdParameters=config_overrides
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
-KillWait=10
+KillWait=30
 MinJobAge=600
 NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus State=UNKNOWN
 PartitionName=test Nodes=localhost Default=YES MaxTime=INFINITE State=UP
@@ -167,7 +167,11 @@ echo "reference (mpirun, uninterrupted): digest $reference ($(elapsed))"
 # --- the job, through the sbatch script users submit.
 snaps="$work/snapshots"
 out="$work/job.out"
+# Open MPI's shared memory and session directories go to directories of this test, checked at the end.
+job_shm="/dev/shm/trainkit-slurm-test-$$"
+mkdir -p "$job_shm" "$work/ompi-tmp"
 jid=$(cd "$work" && OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  OMPI_MCA_btl_vader_backing_directory="$job_shm" OMPI_MCA_orte_tmpdir_base="$work/ompi-tmp" \
   TRAINKIT_DDP_EXE="$exe" TRAINKIT_DATA="$data" TRAINKIT_SNAPSHOT_DIR="$snaps" TRAINKIT_LAUNCH="$launch" \
   TRAINKIT_RUN="$trainkit_run" \
   sbatch --parsable --output="$out" "$sbatch_script" "${args[@]}") || fail "sbatch failed: $jid"
@@ -245,6 +249,9 @@ done
 grep -q "fashion_mnist_ddp.sbatch: requeueing job $jid" "$out" || bad+=("the script did not requeue the job after the batch SIGTERM")
 ((${#digests[@]} == 1)) || bad+=("${#digests[@]} digest line(s), expected 1")
 [[ "${digests[0]:-}" == "$reference" ]] || bad+=("digest ${digests[0]:-none} after two requeues != $reference uninterrupted")
+left=$(find "$job_shm" "$work/ompi-tmp" -mindepth 1 \( -type f -o -name 'pid.*' -o -name 'jf.*' \) 2>/dev/null | head -5)
+rm -rf "$job_shm"
+[[ -z "$left" ]] || bad+=("the job left shared memory or Open MPI session directories: $(echo $left)")
 if ((${#bad[@]})); then
   show_job
   printf 'FAIL: %s\n' "${bad[@]}"
