@@ -50,7 +50,12 @@ if ! kill -0 $pid 2>/dev/null; then echo "the job ended before it could be kille
 for p in $(pgrep -f -- "--snapshot-dir $WORK/killed"); do [ "$p" = "$$" ] || kill -9 "$p" 2>/dev/null; done
 wait $pid; echo "killed: status $?"
 ]=])
-execute_process(COMMAND env "WORK=${WORK}" sh -c "${sh}" sh ${LAUNCH} "${EXE}" ${args} --snapshot-dir "${WORK}/killed"
+# A job SIGKILLed whole, mpirun included, cannot remove Open MPI's session directory and shared-memory
+# segments: they go to the scratch directory (removed by the next run), not to /tmp and /dev/shm.
+file(MAKE_DIRECTORY "${WORK}/ompi")
+execute_process(COMMAND env "WORK=${WORK}" "OMPI_MCA_orte_tmpdir_base=${WORK}/ompi"
+                    "OMPI_MCA_btl_vader_backing_directory=${WORK}/ompi"
+                    sh -c "${sh}" sh ${LAUNCH} "${EXE}" ${args} --snapshot-dir "${WORK}/killed"
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "kill phase: ${out}${err}")
