@@ -5,7 +5,8 @@
 #   flat3    3 hosts x 1 rank, int8: SIGKILL of rank 1 (on host h1)
 #   hier2x2  2 hosts x 2 ranks, hierarchical int8: SIGKILL of world rank 2 (the first of host b)
 #   stop2x2  2 hosts x 2 ranks, hierarchical int8: SIGSTOP of world rank 3
-#   full3    3 hosts x 1 rank: rank 0's own error - its snapshot disk (a 1 MiB tmpfs) is full at the
+#   stop3    3 hosts x 1 rank, int8: SIGSTOP of rank 2
+#   full3    3 hosts x 1 rank (and full2x2: 2 x 2, hierarchical): rank 0's own error - its snapshot disk (a 1 MiB tmpfs) is full at the
 #            first periodic snapshot: its message (file, offset, errno), the job's status 1 within
 #            5 s, the other ranks ended by trainkit-run, the snapshot directory left without a
 #            partial file
@@ -77,9 +78,10 @@ one_case() {
   echo "--- $name: rank $victim ($host) named by all $survivors survivors within $(python3 -c "print(f'{$t_named - $t_fault:.1f}')") s; status 75; nothing left"
 }
 
-# own_error_case <name> <hosts> <ranks per host>: rank 0's snapshot disk is full.
+# own_error_case <name> <hosts> <ranks per host> [example flags]: rank 0's snapshot disk is full.
 own_error_case() {
   local name="$1" hosts="$2" per="$3"
+  shift 3
   local log="$work/$name.log" disk="$work/$name/disk"
   mkdir -p "$disk"
   mount -t tmpfs -o size=1m tmpfs "$disk" || fail "$name: cannot mount a 1 MiB tmpfs on $disk"
@@ -87,7 +89,7 @@ own_error_case() {
   t0=$(now)
   TRAINKIT_RUN="$run" RATES=1gbit HOSTS=$hosts RANKS_PER_HOST=$per sh "$src/benchmarks/allreduce_netns.sh" "$exe" \
     --data "$data" --epochs 2 --train-limit 6000 --test-limit 256 --batch 16 --seed 5 --snapshot-every 5 \
-    --compression int8 --snapshot-dir "$disk/snaps" >"$log" 2>&1
+    --compression int8 --snapshot-dir "$disk/snaps" "$@" >"$log" 2>&1
   rc=$?
   t1=$(now)
   local left
@@ -115,5 +117,7 @@ own_error_case() {
 one_case flat3 3 1 1 KILL
 one_case hier2x2 2 2 2 KILL --hierarchical 1
 one_case stop2x2 2 2 3 STOP --hierarchical 1
+one_case stop3 3 1 2 STOP
 own_error_case full3 3 1
-echo "PASS: 3 x 1 flat, 2 x 2 hierarchical (SIGKILL, SIGSTOP), 3 x 1 full disk under trainkit-run"
+own_error_case full2x2 2 2 --hierarchical 1
+echo "PASS: 3 x 1 flat and 2 x 2 hierarchical, each with SIGKILL, SIGSTOP and a full disk, under trainkit-run"
