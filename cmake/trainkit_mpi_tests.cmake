@@ -1,14 +1,14 @@
 # trainkit_mpi_tests.cmake - the multi-process tests of tests/mpi/, included by tests/CMakeLists.txt
 # (it uses trainkit_add_test_executable from there). Does nothing while tests/mpi/ holds no .cpp file.
 #
-#   tests/mpi/test_<name>.cpp -> executable test_mpi_<name>, linked with trainkit::mpi (MPI::MPI_CXX).
-#     A file that defines CATCH_CONFIG_RUNNER brings its own main() (MPI init, Catch::Session().run(),
-#     the ranks' results combined), and so does a file with a plain `int main(` of its own: they get
-#     Catch2's header only; any other file gets trainkit_catch_main (and must init MPI itself).
-#   Each is registered once per rank count in TRAINKIT_MPI_NP as test_mpi_<name>_np<N> (label "mpi"):
-#     ${MPIEXEC_EXECUTABLE} -np N [--allow-run-as-root --oversubscribe] <exe>
-#   (the two OpenMPI flags only when mpiexec is OpenMPI's) - except the fault tests (test_fault*.cpp),
-#   registered below with the runs they need (labels "mpi;fault").
+#   tests/mpi/test_<name>.cpp -> in executable test_mpi (with tests/mpi/main.cpp: MPI init, the
+#     shared world communicator, Catch2's session, the ranks' results combined; the files compiled
+#     as one translation unit), linked with trainkit::mpi (MPI::MPI_CXX).
+#   Each file is registered once per rank count in TRAINKIT_MPI_NP as test_mpi_<name>_np<N> (label "mpi"):
+#     ${MPIEXEC_EXECUTABLE} -np N [--allow-run-as-root --oversubscribe] test_mpi -# "[#test_<name>]~[.]"
+#   (the two OpenMPI flags only when mpiexec is OpenMPI's) - except the fault tests (test_fault*.cpp,
+#   not Catch2 tests: their own executable and main()), registered below with the runs they need
+#   (labels "mpi;fault").
 # No MPI found: a note, and no tests.
 set(TRAINKIT_MPI_NP "2;3;4" CACHE STRING "Rank counts each tests/mpi test runs with")
 if(TRAINKIT_MPI_NP STREQUAL "2;4")  # the first default, before odd world sizes were required
@@ -40,21 +40,27 @@ endif()
 # thread_group tests, which run the same code paths above the transport.
 set(trainkit_mpi_test_env "ASAN_OPTIONS=detect_leaks=0")
 
+list(FILTER trainkit_mpi_sources EXCLUDE REGEX "/main\\.cpp$")
+set(trainkit_mpi_catch_sources "")
+foreach(source IN LISTS trainkit_mpi_sources)
+  get_filename_component(stem "${source}" NAME_WE)
+  if(NOT stem MATCHES "^test_fault")
+    list(APPEND trainkit_mpi_catch_sources "${source}")
+  endif()
+endforeach()
+if(trainkit_mpi_catch_sources)
+  trainkit_add_test_executable(test_mpi "${CMAKE_CURRENT_SOURCE_DIR}/mpi/main.cpp" ${trainkit_mpi_catch_sources} OWN_MAIN)
+  target_link_libraries(test_mpi PRIVATE trainkit::mpi)
+endif()
+
 foreach(source IN LISTS trainkit_mpi_sources)
   get_filename_component(stem "${source}" NAME_WE)
   string(REGEX REPLACE "^test_" "" short "${stem}")
   set(name "test_mpi_${short}")
-  file(READ "${source}" trainkit_mpi_text)
-  if(trainkit_mpi_text MATCHES "CATCH_CONFIG_RUNNER")
-    trainkit_add_test_executable(${name} "${source}" OWN_MAIN)
-  elseif(trainkit_mpi_text MATCHES "\nint main\\(")
-    trainkit_add_test_executable(${name} "${source}" OWN_MAIN)  # Catch2 v2 is header-only: harmless
-  else()
-    trainkit_add_test_executable(${name} "${source}")
-  endif()
-  target_link_libraries(${name} PRIVATE trainkit::mpi)
 
   if(short MATCHES "^fault")
+    trainkit_add_test_executable(${name} "${source}" OWN_MAIN)
+    target_link_libraries(${name} PRIVATE trainkit::mpi)
     # A rank dies (or stalls) mid-way: the job is judged by the survivors' output, under a hard time
     # limit (cmake/trainkit_mpi_run.cmake); mpirun's exit code says nothing useful here.
     if(NOT trainkit_mpi_is_openmpi)
@@ -99,7 +105,7 @@ foreach(source IN LISTS trainkit_mpi_sources)
   foreach(np IN LISTS TRAINKIT_MPI_NP)
     add_test(NAME ${name}_np${np}
       COMMAND "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} ${np} ${trainkit_mpiexec_flags}
-              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:${name}> ${MPIEXEC_POSTFLAGS}
+              ${MPIEXEC_PREFLAGS} $<TARGET_FILE:test_mpi> ${MPIEXEC_POSTFLAGS} "-#" -w NoTests "[#${stem}]~[.]"
       WORKING_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}")
     set_tests_properties(${name}_np${np} PROPERTIES LABELS mpi PROCESSORS ${np} TIMEOUT 600
                          ENVIRONMENT "${trainkit_mpi_test_env}")

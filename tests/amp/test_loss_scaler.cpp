@@ -2,6 +2,8 @@
 // and backoff on inf/NaN, growth after the interval, unscale before clipping, at most one unscale
 // per step, state round trips, gradient accumulation and the cross-rank found-inf hook.
 #include <catch2/catch.hpp>
+
+#include "support/values.hpp"
 #include <cmath>
 #include <limits>
 #include <random>
@@ -40,9 +42,7 @@ ftensor batch(unsigned seed, index_t rows = 5) {
   return tk_test::random_tensor<float>({rows, 4}, rng);
 }
 
-bool bit_equal(const ftensor& a, const ftensor& b) {
-  return a.sizes() == b.sizes() && a.to_vector() == b.to_vector();
-}
+using trainkit::test::values_equal;
 
 void poison(fvar& p, float value) {
   auto g = p.grad();
@@ -72,10 +72,10 @@ TEST_CASE("scale multiplies the loss, so every gradient is scaled exactly", "[am
   REQUIRE(scaled.item() == a.loss(x).item() * 65536.0f);
   scaled.backward();
   a.loss(x).backward();
-  REQUIRE(bit_equal(b.w.grad(), a.w.grad() * 65536.0));
+  REQUIRE(values_equal(b.w.grad(), a.w.grad() * 65536.0));
   s.unscale(b.params());
-  REQUIRE(bit_equal(b.w.grad(), a.w.grad()));
-  REQUIRE(bit_equal(b.b.grad(), a.b.grad()));
+  REQUIRE(values_equal(b.w.grad(), a.w.grad()));
+  REQUIRE(values_equal(b.b.grad(), a.b.grad()));
 }
 
 TEST_CASE("an inf or NaN in one gradient skips the step and halves the scale", "[amp][scaler]") {
@@ -89,8 +89,8 @@ TEST_CASE("an inf or NaN in one gradient skips the step and halves the scale", "
   poison(m.b, bad);
   REQUIRE_FALSE(s.step(opt));
   REQUIRE(s.found_inf());
-  REQUIRE(bit_equal(m.w.value(), w0));  // no parameter moved
-  REQUIRE(bit_equal(m.b.value(), b0));
+  REQUIRE(values_equal(m.w.value(), w0));  // no parameter moved
+  REQUIRE(values_equal(m.b.value(), b0));
   s.update();
   REQUIRE(s.get_scale() == 32768.0);
   REQUIRE(s.growth_tracker() == 0);
@@ -101,7 +101,7 @@ TEST_CASE("an inf or NaN in one gradient skips the step and halves the scale", "
   opt.zero_grad();
   s.scale(m.loss(batch(4))).backward();
   REQUIRE(s.step(opt));
-  REQUIRE_FALSE(bit_equal(m.w.value(), w0));
+  REQUIRE_FALSE(values_equal(m.w.value(), w0));
   s.update();
   REQUIRE(s.get_scale() == 32768.0);
   REQUIRE(s.growth_tracker() == 1);
@@ -166,15 +166,15 @@ TEST_CASE("unscale then clip equals clipping the unscaled gradients", "[amp][sca
   const double nb = optim::clip_grad_norm_(opt.params(), 0.05);
   REQUIRE(na == nb);
   REQUIRE(na > 0.05);  // clipping did something
-  REQUIRE(bit_equal(a.w.grad(), b.w.grad()));
-  REQUIRE(bit_equal(a.b.grad(), b.b.grad()));
+  REQUIRE(values_equal(a.w.grad(), b.w.grad()));
+  REQUIRE(values_equal(a.b.grad(), b.b.grad()));
   // step() after an explicit unscale() does not unscale again.
   optim::sgd<float> opt_a(a.params(), {.lr = 0.1});
   opt_a.step();
   REQUIRE(s.step(opt));
   s.update();
-  REQUIRE(bit_equal(a.w.value(), b.w.value()));
-  REQUIRE(bit_equal(a.b.value(), b.b.value()));
+  REQUIRE(values_equal(a.w.value(), b.w.value()));
+  REQUIRE(values_equal(a.b.value(), b.b.value()));
 }
 
 TEST_CASE("misuse within a step is a usage_error, as in GradScaler", "[amp][scaler]") {
@@ -203,7 +203,7 @@ TEST_CASE("misuse within a step is a usage_error, as in GradScaler", "[amp][scal
   REQUIRE_THROWS_AS(s.unscale(opt), usage_error);
   const ftensor g = m.w.grad().clone();
   REQUIRE(s.step(opt));  // does not unscale a second time
-  REQUIRE(bit_equal(m.w.grad(), g));
+  REQUIRE(values_equal(m.w.grad(), g));
   s.update();
   REQUIRE_THROWS_AS(amp::dynamic_scaling({.growth_factor = 1.0}), value_error);
   REQUIRE_THROWS_AS(amp::dynamic_scaling({.backoff_factor = 1.0}), value_error);
@@ -275,8 +275,8 @@ TEST_CASE("gradient accumulation: two scaled micro-batches, one unscale and step
   s.update();
   optim::sgd<float> opt_a(a.params(), {.lr = 0.5});
   opt_a.step();
-  REQUIRE(bit_equal(a.w.value(), b.w.value()));
-  REQUIRE(bit_equal(a.b.value(), b.b.value()));
+  REQUIRE(values_equal(a.w.value(), b.w.value()));
+  REQUIRE(values_equal(a.b.value(), b.b.value()));
   REQUIRE(s.growth_tracker() == 1);  // one step, not two
 }
 
@@ -295,7 +295,7 @@ TEST_CASE("the found-inf reducer makes every rank skip the same step", "[amp][sc
   });
   s.scale(m.loss(batch(18))).backward();  // finite here
   REQUIRE_FALSE(s.step(opt));             // but the other rank overflowed
-  REQUIRE(bit_equal(m.w.value(), w0));
+  REQUIRE(values_equal(m.w.value(), w0));
   s.update();
   REQUIRE(s.get_scale() == 32768.0);
   REQUIRE(calls == 1);
@@ -327,7 +327,7 @@ TEST_CASE("static scaling skips on inf and keeps its scale; no_scaling always st
   n.scale(loss).backward();
   const ftensor g = m.w.grad().clone();
   REQUIRE_FALSE(n.unscale(opt));
-  REQUIRE(bit_equal(m.w.grad(), g));
+  REQUIRE(values_equal(m.w.grad(), g));
   REQUIRE(n.step(opt));
   n.update();
   REQUIRE(n.get_scale() == 1.0);

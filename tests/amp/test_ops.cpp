@@ -2,6 +2,8 @@
 // (finite differences), mixed ops round to the compute type exactly where they should (forward
 // result and gradient GEMMs), and agree with fp32 within the compute type's tolerance.
 #include <catch2/catch.hpp>
+
+#include "support/values.hpp"
 #include <cmath>
 #include <random>
 #include <string>
@@ -21,7 +23,7 @@ using ftensor = tensor<float>;
 
 namespace {
 
-ftensor random_float(const shape& s, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
+ftensor uniform_float(const shape& s, std::mt19937& rng, double lo = -1.0, double hi = 1.0) {
   return tk_test::random_tensor<float>(s, rng, lo, hi);
 }
 
@@ -52,9 +54,7 @@ bool representable(const ftensor& t) {
   return true;
 }
 
-bool bit_equal(const ftensor& a, const ftensor& b) {
-  return a.sizes() == b.sizes() && a.to_vector() == b.to_vector();
-}
+using trainkit::test::values_equal;
 
 template <class P>
 constexpr double tolerance() {
@@ -127,8 +127,8 @@ TEST_CASE("the fp32 policy is the plain op, and its gradients match finite diffe
     REQUIRE(r.ok);
   }
   SECTION("same values as the plain ops") {
-    fvar x(random_float({6, 8}, rng)), w(random_float({4, 8}, rng), true), b(random_float({4}, rng), true);
-    REQUIRE(bit_equal(amp::linear<amp::fp32>(x, w, b).value(), autograd::linear(x, w, b).value()));
+    fvar x(uniform_float({6, 8}, rng)), w(uniform_float({4, 8}, rng), true), b(uniform_float({4}, rng), true);
+    REQUIRE(values_equal(amp::linear<amp::fp32>(x, w, b).value(), autograd::linear(x, w, b).value()));
   }
 }
 
@@ -137,8 +137,8 @@ TEMPLATE_TEST_CASE("mixed linear rounds operands and result to the compute type"
   using C = TestType;
   using P = amp::mixed<C>;
   std::mt19937 rng(11);
-  const ftensor x = random_float({7, 33}, rng), w = random_float({5, 33}, rng), b = random_float({5}, rng);
-  const ftensor g = random_float({7, 5}, rng);
+  const ftensor x = uniform_float({7, 33}, rng), w = uniform_float({5, 33}, rng), b = uniform_float({5}, rng);
+  const ftensor g = uniform_float({7, 5}, rng);
   fvar xv(x, true), wv(w, true), bv(b, true);
   auto y = amp::linear<P>(xv, wv, bv);
   y.backward(g);
@@ -149,13 +149,13 @@ TEMPLATE_TEST_CASE("mixed linear rounds operands and result to the compute type"
   yr.backward(rounded<C>(g));
 
   REQUIRE(representable<C>(y.value()));
-  REQUIRE(bit_equal(y.value(), rounded<C>(yr.value())));
+  REQUIRE(values_equal(y.value(), rounded<C>(yr.value())));
   REQUIRE_FALSE(
-      bit_equal(y.value(), autograd::linear(fvar(x), fvar(w), fvar(b)).value()));  // rounding happened
+      values_equal(y.value(), autograd::linear(fvar(x), fvar(w), fvar(b)).value()));  // rounding happened
   // Gradient GEMMs in the compute type as well: round_C(round_C(g) @ round_C(W)) etc.
-  REQUIRE(bit_equal(xv.grad(), rounded<C>(xr.grad())));
-  REQUIRE(bit_equal(wv.grad(), rounded<C>(wr.grad())));
-  REQUIRE(bit_equal(bv.grad(), rounded<C>(br.grad())));
+  REQUIRE(values_equal(xv.grad(), rounded<C>(xr.grad())));
+  REQUIRE(values_equal(wv.grad(), rounded<C>(wr.grad())));
+  REQUIRE(values_equal(bv.grad(), rounded<C>(br.grad())));
 }
 
 TEMPLATE_TEST_CASE("mixed ops agree with fp32 within the compute type's tolerance", "[amp]", amp::mixed_bf16,
@@ -164,7 +164,7 @@ TEMPLATE_TEST_CASE("mixed ops agree with fp32 within the compute type's toleranc
   const double tol = tolerance<P>();
   std::mt19937 rng(5);
   auto compare = [&](auto&& f, std::vector<ftensor> inputs, const shape& out_sizes) {
-    const ftensor g = random_float(out_sizes, rng);
+    const ftensor g = uniform_float(out_sizes, rng);
     std::vector<fvar> a, m;
     for (auto& t : inputs) {
       a.emplace_back(t, true);
@@ -183,24 +183,24 @@ TEMPLATE_TEST_CASE("mixed ops agree with fp32 within the compute type's toleranc
   };
   SECTION("linear on a 3-D input") {
     compare([]<class Q>(Q, const std::vector<fvar>& v) { return amp::linear<Q>(v[0], v[1], v[2]); },
-            {random_float({2, 6, 64}, rng), random_float({16, 64}, rng), random_float({16}, rng)},
+            {uniform_float({2, 6, 64}, rng), uniform_float({16, 64}, rng), uniform_float({16}, rng)},
             {2, 6, 16});
   }
   SECTION("linear without bias") {
     compare([]<class Q>(Q, const std::vector<fvar>& v) { return amp::linear<Q>(v[0], v[1]); },
-            {random_float({9, 40}, rng), random_float({12, 40}, rng)}, {9, 12});
+            {uniform_float({9, 40}, rng), uniform_float({12, 40}, rng)}, {9, 12});
   }
   SECTION("matmul, broadcast batch") {
     compare([]<class Q>(Q, const std::vector<fvar>& v) { return amp::matmul<Q>(v[0], v[1]); },
-            {random_float({3, 5, 32}, rng), random_float({32, 7}, rng)}, {3, 5, 7});
+            {uniform_float({3, 5, 32}, rng), uniform_float({32, 7}, rng)}, {3, 5, 7});
   }
   SECTION("matmul, vector @ matrix") {
     compare([]<class Q>(Q, const std::vector<fvar>& v) { return amp::matmul<Q>(v[0], v[1]); },
-            {random_float({32}, rng), random_float({32, 7}, rng)}, {7});
+            {uniform_float({32}, rng), uniform_float({32, 7}, rng)}, {7});
   }
   SECTION("bmm") {
     compare([]<class Q>(Q, const std::vector<fvar>& v) { return amp::bmm<Q>(v[0], v[1]); },
-            {random_float({4, 5, 32}, rng), random_float({4, 32, 3}, rng)}, {4, 5, 3});
+            {uniform_float({4, 5, 32}, rng), uniform_float({4, 32, 3}, rng)}, {4, 5, 3});
   }
   SECTION("conv2d with padding, stride and groups") {
     autograd::conv2d_options o;
@@ -208,23 +208,23 @@ TEMPLATE_TEST_CASE("mixed ops agree with fp32 within the compute type's toleranc
     o.stride = {2, 2};
     o.groups = 2;
     compare([o]<class Q>(Q, const std::vector<fvar>& v) { return amp::conv2d<Q>(v[0], v[1], v[2], o); },
-            {random_float({3, 4, 9, 8}, rng), random_float({6, 2, 3, 3}, rng), random_float({6}, rng)},
+            {uniform_float({3, 4, 9, 8}, rng), uniform_float({6, 2, 3, 3}, rng), uniform_float({6}, rng)},
             {3, 6, 5, 4});
   }
   SECTION("conv2d unbatched") {
     compare([]<class Q>(Q, const std::vector<fvar>& v) { return amp::conv2d<Q>(v[0], v[1]); },
-            {random_float({3, 6, 6}, rng), random_float({4, 3, 3, 3}, rng)}, {4, 4, 4});
+            {uniform_float({3, 6, 6}, rng), uniform_float({4, 3, 3, 3}, rng)}, {4, 4, 4});
   }
 }
 
 TEST_CASE("mixed conv2d equals the rounded fp32 convolution", "[amp]") {
   std::mt19937 rng(8);
-  const ftensor x = random_float({2, 3, 6, 6}, rng), w = random_float({4, 3, 3, 3}, rng),
-                b = random_float({4}, rng);
+  const ftensor x = uniform_float({2, 3, 6, 6}, rng), w = uniform_float({4, 3, 3, 3}, rng),
+                b = uniform_float({4}, rng);
   auto y = amp::conv2d<amp::mixed_bf16>(fvar(x), fvar(w), fvar(b));
   auto yr = autograd::conv2d(fvar(rounded<trainkit::bfloat16>(x)), fvar(rounded<trainkit::bfloat16>(w)),
                              fvar(rounded<trainkit::bfloat16>(b)));
-  REQUIRE(bit_equal(y.value(), rounded<trainkit::bfloat16>(yr.value())));
+  REQUIRE(values_equal(y.value(), rounded<trainkit::bfloat16>(yr.value())));
 }
 
 TEST_CASE("fp16 results overflow to inf like a real fp16 GEMM (what loss scaling detects)", "[amp]") {
@@ -254,33 +254,33 @@ TEMPLATE_TEST_CASE("amp::forward runs an nn model under the policy", "[amp]", am
   auto fc = std::make_shared<nn::linear<>>(4 * 5 * 5, 3, true, gen);
   auto net = nn::make_sequential(conv, std::make_shared<nn::relu<>>(), std::make_shared<nn::flatten<>>(), fc);
   std::mt19937 rng(1);
-  fvar x(random_float({2, 1, 5, 5}, rng));
+  fvar x(uniform_float({2, 1, 5, 5}, rng));
   auto y = amp::forward<P>(*net, x);
   // The same model spelled out with the amp ops.
   auto h = amp::conv2d<P>(x, conv->weight(), conv->bias(), amp::conv_options_of(conv->options()));
   auto ref = amp::linear<P>(autograd::flatten(autograd::relu(h), 1, -1), fc->weight(), fc->bias());
-  REQUIRE(bit_equal(y.value(), ref.value()));
-  if constexpr (!P::is_mixed) REQUIRE(bit_equal(y.value(), net->forward(x).value()));
+  REQUIRE(values_equal(y.value(), ref.value()));
+  if constexpr (!P::is_mixed) REQUIRE(values_equal(y.value(), net->forward(x).value()));
   if constexpr (P::is_mixed) REQUIRE(representable<typename P::compute_type>(y.value()));
   autograd::sum(y).backward();
   REQUIRE(conv->weight().grad().defined());
   REQUIRE(fc->bias().grad().defined());
   // module_forward<P> is the same call as an object.
-  REQUIRE(bit_equal(amp::module_forward<P>{}(*net, x).value(), y.value()));
+  REQUIRE(values_equal(amp::module_forward<P>{}(*net, x).value(), y.value()));
 }
 
 TEST_CASE("without a graph to record, mixed linear gives the same values", "[amp]") {
   std::mt19937 rng(21);
-  fvar x(random_float({5, 12}, rng)), w(random_float({7, 12}, rng), true), b(random_float({7}, rng), true);
+  fvar x(uniform_float({5, 12}, rng)), w(uniform_float({7, 12}, rng), true), b(uniform_float({7}, rng), true);
   const ftensor with_graph = amp::linear<amp::mixed_bf16>(x, w, b).value();
   ftensor without;
   {
     autograd::no_grad ng;
     without = amp::linear<amp::mixed_bf16>(x, w, b).value();
   }
-  REQUIRE(bit_equal(with_graph, without));
+  REQUIRE(values_equal(with_graph, without));
   fvar frozen(w.value());  // a weight that needs no gradient: the input is not saved either
-  REQUIRE(bit_equal(amp::linear<amp::mixed_bf16>(x, frozen, b).value(), with_graph));
+  REQUIRE(values_equal(amp::linear<amp::mixed_bf16>(x, frozen, b).value(), with_graph));
 }
 
 TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp][memory]") {
@@ -297,7 +297,7 @@ TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp]
     net.push_back(std::make_shared<nn::relu<float>>());
   }
   std::mt19937 rng(4);
-  const fvar x(random_float({512, 128}, rng));
+  const fvar x(uniform_float({512, 128}, rng));
   auto kept = [&](auto policy) {
     using P = decltype(policy);
     const std::size_t before = allocator<cpu>::stats().allocated;

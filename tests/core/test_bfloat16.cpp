@@ -1,6 +1,7 @@
 // tests/core/test_bfloat16.cpp - trainkit::bfloat16 against references computed independently:
 // ldexp decoding, exact midpoints in double, and nearest-neighbour distances in double.
 #include "trainkit/core/bfloat16.hpp"
+#include "support/bits.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -15,8 +16,9 @@ using trainkit::bfloat16;
 
 namespace {
 
-float f32(std::uint32_t b) { return std::bit_cast<float>(b); }
-std::uint32_t bits32(float f) { return std::bit_cast<std::uint32_t>(f); }
+using trainkit::test::bits32;
+using trainkit::test::f32;
+using trainkit::test::splitmix;
 bool bf16_bits_nan(std::uint16_t b) { return (b & 0x7fffu) > 0x7f80u; }
 
 /// A bfloat16 pattern decoded with ldexp (2^128 for the infinity pattern, for distances).
@@ -37,7 +39,7 @@ const std::vector<double>& finite_values() {
 }
 
 /// Round-to-nearest-even to bfloat16 by comparing with exact midpoints (9 bits: exact in double).
-std::uint16_t reference_round(double x) {
+std::uint16_t reference_round_bf16(double x) {
   const auto& v = finite_values();
   const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   const double a = std::fabs(x);
@@ -64,15 +66,6 @@ std::uint16_t reference_round_by_distance(float f) {
   return (t & 1) == 0 ? t : up;
 }
 
-struct splitmix {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
 
 }  // namespace
 
@@ -146,7 +139,7 @@ TEST_CASE("float -> bfloat16 agrees with both references on a sweep and on rando
       ok = mine == (u >> 16);
     } else {
       const std::uint16_t sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
-      ok = mine == reference_round(f) && mine == (sign | reference_round_by_distance(f));
+      ok = mine == reference_round_bf16(f) && mine == (sign | reference_round_by_distance(f));
     }
     if (!ok && mismatches++ == 0) first = u;
   };
@@ -189,7 +182,7 @@ TEST_CASE("double -> bfloat16 rounds once, directly from double", "[bfloat16]") 
       const std::uint64_t exp = 1023 - 136 + (r >> 52) % 266;  // 2^-136 .. 2^129
       r = (r & 0x800fffffffffffffull) | (exp << 52);
       const double d = std::bit_cast<double>(r);
-      if (trainkit::bfloat16(d).bits() != reference_round(d) && mismatches++ == 0) first = d;
+      if (trainkit::bfloat16(d).bits() != reference_round_bf16(d) && mismatches++ == 0) first = d;
     }
     INFO("first mismatch: " << first);
     REQUIRE(mismatches == 0);
@@ -249,8 +242,8 @@ TEST_CASE("bfloat16 arithmetic is correctly rounded", "[bfloat16]") {
     const std::uint16_t ab = pick(r), bb = pick(r >> 24);
     const trainkit::bfloat16 a = trainkit::bfloat16::from_bits(ab), b = trainkit::bfloat16::from_bits(bb);
     const double x = static_cast<float>(a), y = static_cast<float>(b);
-    const bool ok = (a + b).bits() == reference_round(x + y) && (a - b).bits() == reference_round(x - y) &&
-                    (a * b).bits() == reference_round(x * y) && (a / b).bits() == reference_round(x / y) &&
+    const bool ok = (a + b).bits() == reference_round_bf16(x + y) && (a - b).bits() == reference_round_bf16(x - y) &&
+                    (a * b).bits() == reference_round_bf16(x * y) && (a / b).bits() == reference_round_bf16(x / y) &&
                     (a < b) == (x < y) && (a == b) == (x == y) && (a <= b) == (x <= y) &&
                     (-a).bits() == (ab ^ 0x8000u);
     if (!ok && mismatches++ == 0) first_a = ab, first_b = bb;

@@ -4,6 +4,7 @@
 #include "trainkit/core/half.hpp"
 #include "trainkit/core/functors.hpp"   // round_to
 #include "trainkit/ops/elementwise.hpp"  // cast, map: the bulk conversions
+#include "support/bits.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -19,8 +20,9 @@ using trainkit::half;
 
 namespace {
 
-float f32(std::uint32_t b) { return std::bit_cast<float>(b); }
-std::uint32_t bits32(float f) { return std::bit_cast<std::uint32_t>(f); }
+using trainkit::test::bits32;
+using trainkit::test::f32;
+using trainkit::test::splitmix;
 
 bool half_bits_nan(std::uint16_t b) { return (b & 0x7fffu) > 0x7c00u; }
 
@@ -54,7 +56,7 @@ const std::vector<double>& finite_halfs() {
 }
 
 /// Round-to-nearest-even of x to half by comparing with the exact midpoints of neighbours.
-std::uint16_t reference_round(double x) {
+std::uint16_t reference_round_half(double x) {
   const auto& v = finite_halfs();
   const std::uint16_t sign = std::signbit(x) ? 0x8000 : 0;
   const double a = std::fabs(x);
@@ -67,16 +69,6 @@ std::uint16_t reference_round(double x) {
   return sign | static_cast<std::uint16_t>((k & 1) == 0 ? k : k + 1);
 }
 
-// splitmix64: a test-only source of bit patterns, independent of the code under test.
-struct splitmix {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-};
 
 }  // namespace
 
@@ -171,7 +163,7 @@ TEST_CASE("float -> half agrees with both references on a sweep and on random fl
   auto check = [&](std::uint32_t u) {
     const float f = f32(u);
     const std::uint16_t mine = half(f).bits();
-    bool ok = std::isnan(f) ? half_bits_nan(mine) : mine == reference_round(f);
+    bool ok = std::isnan(f) ? half_bits_nan(mine) : mine == reference_round_half(f);
 #if TEST_HAVE_FLOAT16
     ok = ok && same_half(mine, oracle_round(f));
 #endif
@@ -228,7 +220,7 @@ TEST_CASE("double -> half rounds once, directly from double", "[half]") {
       r = (r & 0x800fffffffffffffull) | (exp << 52);
       const double d = std::bit_cast<double>(r);
       const std::uint16_t mine = half(d).bits();
-      bool ok = mine == reference_round(d);
+      bool ok = mine == reference_round_half(d);
 #if TEST_HAVE_FLOAT16
       ok = ok && mine == oracle_round(d);
 #endif
@@ -315,7 +307,7 @@ TEST_CASE("half arithmetic is correctly rounded", "[half]") {
       if (std::isnan(exact)) {
         ok = ok && trainkit::isnan(got);
       } else {
-        ok = ok && got.bits() == reference_round(exact);
+        ok = ok && got.bits() == reference_round_half(exact);
       }
     };
     if (std::isfinite(x) && std::isfinite(y)) {

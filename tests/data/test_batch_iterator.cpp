@@ -2,6 +2,8 @@
 // coverage of every sample, reproducibility, drop_last, resume.
 #include <algorithm>
 #include <catch2/catch.hpp>
+
+#include "support/values.hpp"
 #include <cstdint>
 #include <map>
 #include <numeric>
@@ -52,11 +54,7 @@ std::vector<std::vector<index_t>> drain(data::batch_iterator<float>& it) {
   return out;
 }
 
-std::vector<index_t> flat(const std::vector<std::vector<index_t>>& batches) {
-  std::vector<index_t> v;
-  for (const auto& b : batches) v.insert(v.end(), b.begin(), b.end());
-  return v;
-}
+using trainkit::test::flat;
 
 /// The shuffle rule of data/permutation.hpp, written again from its description.
 std::vector<index_t> reference_permutation(index_t n, std::uint64_t seed, std::uint64_t epoch) {

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
+
+#include "support/values.hpp"
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -101,11 +103,7 @@ std::vector<std::vector<index_t>> drain(Loader& loader, index_t batch_size, inde
   return out;
 }
 
-std::vector<index_t> flat(const std::vector<std::vector<index_t>>& v) {
-  std::vector<index_t> f;
-  for (const auto& b : v) f.insert(f.end(), b.begin(), b.end());
-  return f;
-}
+using trainkit::test::flat;
 
 }  // namespace
 

@@ -149,6 +149,7 @@ TEST_CASE("hierarchical: hosts of different sizes are refused; hierarchical resi
   auto x0 = dist::thread_group::create(2), x1 = dist::thread_group::create(1);
   std::vector<std::string> errors(3);
   std::vector<std::thread> t;
+  t.reserve(3);
   t.emplace_back([&] {
     try { hier h(std::move(world[0]), std::move(a[0]), std::move(x0[0])); } catch (const std::exception& e) { errors[0] = e.what(); }
   });

@@ -2,7 +2,7 @@
 """Reads event files trainkit wrote with the real TensorBoard, and checks tags, steps and values.
 
   read_tensorboard.py --known DIR
-      DIR as written by `test_monitor_test_tensorboard "[.python]"` (TRAINKIT_TENSORBOARD_DIR=DIR):
+      DIR as written by `test_monitor "[.python]"` (TRAINKIT_TENSORBOARD_DIR=DIR):
       DIR/writer and DIR/logger hold known values (see that test case).
   read_tensorboard.py --jsonl FILE DIR
       DIR as written by an example run with --tensorboard DIR --metrics-log FILE: every JSON line's

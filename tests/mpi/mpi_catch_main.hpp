@@ -1,22 +1,26 @@
-// tests/mpi/mpi_catch_main.hpp - the Catch2 session of a multi-process test: every rank runs the
-// test cases (rank 0 reports in full, the others only their failures, through Catch's compact
-// reporter), and every rank exits with the same code, the ranks' failures summed.
-//
-//   int main(int argc, char** argv) {
-//     mpi::environment env(argc, argv);
-//     ...set-up...
-//     return trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_<name>");
-//   }
+// tests/mpi/mpi_catch_main.hpp - the Catch2 session of test_mpi (tests/mpi/main.cpp): every rank
+// runs the test cases (rank 0 reports in full, the others only their failures, through Catch's
+// compact reporter), and every rank exits with the same code, the ranks' failures summed; and the
+// world communicator the test files share (mpi_world(), a 30 s timeout: the ranks share 2 cores
+// under --oversubscribe, and a rank that falls out of step then fails its tests instead of hanging).
 #pragma once
 
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "trainkit/dist/mpi.hpp"
 
 namespace trainkit_test {
+
+/// The world communicator of the test files, made and destroyed by main().
+inline std::unique_ptr<trainkit::dist::mpi>& mpi_world_slot() {
+  static std::unique_ptr<trainkit::dist::mpi> world;
+  return world;
+}
+inline trainkit::dist::mpi& mpi_world() { return *mpi_world_slot(); }
 
 inline int run_mpi_catch_session(int argc, char** argv, const char* program) {
   int rank = 0, size = 1;

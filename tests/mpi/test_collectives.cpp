@@ -6,8 +6,9 @@
 // own result and use CHECK, never REQUIRE inside a collective sequence, so that a wrong value on one
 // rank does not desynchronise the ranks; if they desynchronise anyway, the communicator's timeout
 // turns the mismatch into a failure instead of a hang. The exit code is the same on every rank.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
+
+#include "mpi/mpi_catch_main.hpp"
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -28,8 +29,7 @@ namespace checks = trainkit_test::dist;
 static_assert(communicator<mpi>);
 
 // The communicator the tests share (created after MPI_Init in main).
-std::unique_ptr<mpi> world_comm;
-mpi& world() { return *world_comm; }
+using trainkit_test::mpi_world;
 
 #define TK_DIST_TYPES float, double, half, bfloat16, std::int8_t, std::uint8_t, std::int32_t, std::int64_t
 
@@ -37,37 +37,37 @@ mpi& world() { return *world_comm; }
 
 TEMPLATE_TEST_CASE("mpi allreduce: every op and length", "[dist][mpi]", TK_DIST_TYPES) {
   for (const std::size_t n : checks::lengths)
-    for (const reduce_op op : checks::all_ops) CHECK(checks::check_allreduce<TestType>(world(), n, op) == "");
+    for (const reduce_op op : checks::all_ops) CHECK(checks::check_allreduce<TestType>(mpi_world(), n, op) == "");
 }
 
 TEMPLATE_TEST_CASE("mpi broadcast from every root", "[dist][mpi]", TK_DIST_TYPES) {
   for (const std::size_t n : checks::lengths)
-    for (int root = 0; root < world().size(); ++root)
-      CHECK(checks::check_broadcast<TestType>(world(), n, root) == "");
+    for (int root = 0; root < mpi_world().size(); ++root)
+      CHECK(checks::check_broadcast<TestType>(mpi_world(), n, root) == "");
 }
 
 TEMPLATE_TEST_CASE("mpi allgather", "[dist][mpi]", TK_DIST_TYPES) {
-  for (const std::size_t n : checks::lengths) CHECK(checks::check_allgather<TestType>(world(), n) == "");
+  for (const std::size_t n : checks::lengths) CHECK(checks::check_allgather<TestType>(mpi_world(), n) == "");
 }
 
 TEMPLATE_TEST_CASE("mpi reduce_scatter", "[dist][mpi]", TK_DIST_TYPES) {
   for (const std::size_t n : checks::lengths)
     for (const reduce_op op : checks::all_ops)
-      CHECK(checks::check_reduce_scatter<TestType>(world(), n, op) == "");
+      CHECK(checks::check_reduce_scatter<TestType>(mpi_world(), n, op) == "");
 }
 
 TEMPLATE_TEST_CASE("mpi alltoall", "[dist][mpi]", TK_DIST_TYPES) {
-  for (const std::size_t n : checks::lengths) CHECK(checks::check_alltoall<TestType>(world(), n) == "");
+  for (const std::size_t n : checks::lengths) CHECK(checks::check_alltoall<TestType>(mpi_world(), n) == "");
 }
 
 TEST_CASE("mpi: back-to-back collectives, waited in order and last first", "[dist][mpi]") {
-  CHECK(checks::check_back_to_back(world(), false) == "");
-  CHECK(checks::check_back_to_back(world(), true) == "");
-  world().barrier().wait();
+  CHECK(checks::check_back_to_back(mpi_world(), false) == "");
+  CHECK(checks::check_back_to_back(mpi_world(), true) == "");
+  mpi_world().barrier().wait();
 }
 
 TEST_CASE("mpi: overlapping buffers (in-place allgather, reduce_scatter into its input)", "[dist][mpi]") {
-  mpi& g = world();
+  mpi& g = mpi_world();
   const auto p = static_cast<std::size_t>(g.size());
   const auto r = static_cast<std::size_t>(g.rank());
   const std::size_t n = 5;
@@ -94,27 +94,27 @@ TEST_CASE("mpi: overlapping buffers (in-place allgather, reduce_scatter into its
 
 TEST_CASE("mpi: zero-length collectives complete at once, even when only one rank calls", "[dist][mpi]") {
   float* none = nullptr;
-  if (world().rank() == 0) {
-    CHECK(world().allreduce(none, 0, reduce_op::sum).done());
-    CHECK(world().alltoall(static_cast<const float*>(none), none, 0).done());
+  if (mpi_world().rank() == 0) {
+    CHECK(mpi_world().allreduce(none, 0, reduce_op::sum).done());
+    CHECK(mpi_world().alltoall(static_cast<const float*>(none), none, 0).done());
   }
-  world().barrier().wait();
+  mpi_world().barrier().wait();
 }
 
 TEST_CASE("mpi: barrier, rank, size, done()", "[dist][mpi]") {
-  CHECK(world().rank() >= 0);
-  CHECK(world().rank() < world().size());
+  CHECK(mpi_world().rank() >= 0);
+  CHECK(mpi_world().rank() < mpi_world().size());
   int r = -1;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
-  CHECK(r == world().rank());
-  work w = world().barrier();
+  CHECK(r == mpi_world().rank());
+  work w = mpi_world().barrier();
   w.wait();
   CHECK(w.done());
   w.wait();  // again: returns at once
 }
 
 TEST_CASE("mpi: check_same names the ranks that differ, on every rank", "[dist][mpi]") {
-  mpi& g = world();
+  mpi& g = mpi_world();
   g.check_same(hash_bytes("same model", 10), "parameter list");
   g.check_same(std::vector<std::uint64_t>{1, 2, 3}, "parameter shapes");
   std::string seen;
@@ -145,7 +145,7 @@ TEST_CASE("mpi: options, TRAINKIT_DIST_TIMEOUT_MS, bad arguments", "[dist][mpi]"
     c.set_timeout(std::chrono::milliseconds(4321));
     CHECK(c.timeout() == std::chrono::milliseconds(4321));
     CHECK_THROWS_AS(c.set_timeout(std::chrono::milliseconds(0)), trainkit::usage_error);
-    CHECK(c.size() == world().size());
+    CHECK(c.size() == mpi_world().size());
     CHECK_FALSE(c.broken());
   }
   ::setenv("TRAINKIT_DIST_TIMEOUT_MS", "777", 1);
@@ -157,17 +157,17 @@ TEST_CASE("mpi: options, TRAINKIT_DIST_TIMEOUT_MS, bad arguments", "[dist][mpi]"
   CHECK_THROWS_AS(mpi(), trainkit::usage_error);  // before any collective: every rank throws alike
   ::unsetenv("TRAINKIT_DIST_TIMEOUT_MS");
   float x = 0;
-  CHECK_THROWS_AS(world().broadcast(&x, 1, world().size()), trainkit::usage_error);
-  CHECK_THROWS_AS(world().broadcast(&x, 1, -1), trainkit::usage_error);
-  world().barrier().wait();
+  CHECK_THROWS_AS(mpi_world().broadcast(&x, 1, mpi_world().size()), trainkit::usage_error);
+  CHECK_THROWS_AS(mpi_world().broadcast(&x, 1, -1), trainkit::usage_error);
+  mpi_world().barrier().wait();
 }
 
 TEST_CASE("mpi: a communicator of a split MPI_Comm", "[dist][mpi]") {
   MPI_Comm half_comm = MPI_COMM_NULL;
-  MPI_Comm_split(MPI_COMM_WORLD, world().rank() % 2, world().rank(), &half_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, mpi_world().rank() % 2, mpi_world().rank(), &half_comm);
   {
     mpi c(half_comm);
-    CHECK(c.size() == (world().size() + (world().rank() % 2 == 0 ? 1 : 0)) / 2);
+    CHECK(c.size() == (mpi_world().size() + (mpi_world().rank() % 2 == 0 ? 1 : 0)) / 2);
     CHECK(checks::check_allreduce<float>(c, 1001, reduce_op::sum) == "");
   }
   MPI_Comm_free(&half_comm);
@@ -207,39 +207,4 @@ TEST_CASE("mpi: a stalled peer is reported by wait() after the timeout on the ot
     c.allreduce(v.data(), v.size(), reduce_op::sum).wait();
   }
   MPI_Barrier(MPI_COMM_WORLD);
-}
-
-int main(int argc, char** argv) {
-  mpi::environment env(argc, argv);
-  int rank = 0;
-  int size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // A generous timeout: the ranks share 2 cores under --oversubscribe. A rank that falls out of step
-  // then fails its tests instead of hanging the job.
-  world_comm = std::make_unique<mpi>(mpi_options{.timeout = std::chrono::milliseconds(30000)});
-
-  // Rank 0 reports in full; the others only their failures, each line tagged by Catch's compact reporter.
-  std::vector<char*> args(argv, argv + argc);
-  std::string reporter = "compact";
-  std::string reporter_flag = "-r";
-  if (rank != 0) {
-    args.push_back(reporter_flag.data());
-    args.push_back(reporter.data());
-  }
-  Catch::Session session;
-  int failed = session.run(static_cast<int>(args.size()), args.data());
-  if (failed != 0)
-    std::fprintf(stderr, "test_mpi_collectives: rank %d of %d: %d test case(s) failed\n", rank, size, failed);
-  // Every rank exits with the same code: the sum of the ranks' failures, combined through the shared
-  // communicator so that a rank that fell out of step cannot hang the others here either.
-  std::int32_t total = failed;
-  try {
-    world().allreduce(&total, 1, reduce_op::sum).wait();
-  } catch (const dist_error& e) {
-    std::fprintf(stderr, "test_mpi_collectives: rank %d: combining the results failed: %s\n", rank, e.what());
-    total = failed + 1;
-  }
-  world_comm.reset();
-  return total == 0 ? 0 : 1;
 }

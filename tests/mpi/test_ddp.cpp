@@ -6,7 +6,6 @@
 // Every test case is collective and issues the same collectives on every rank whatever its checks
 // find (CHECK, not REQUIRE, around collective code), so one wrong value cannot desynchronise the
 // ranks; if they fall out of step anyway, the communicator's timeout fails the run instead of hanging.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include "mpi/mpi_catch_main.hpp"
@@ -29,8 +28,7 @@ namespace {
 using namespace trainkit_test::dp;
 using trainkit::dist::mpi;
 
-std::unique_ptr<mpi> world_comm;
-mpi& world() { return *world_comm; }
+using trainkit_test::mpi_world;
 
 // A fingerprint of a rank's parameters, bit for bit.
 std::uint64_t fingerprint(const param_values& p) {
@@ -42,7 +40,7 @@ std::uint64_t fingerprint(const param_values& p) {
 // "" when every rank holds the same value, else check_consistent's message.
 std::string same_on_every_rank(std::uint64_t h, const char* what) {
   try {
-    dist::check_consistent(world(), h, what);
+    dist::check_consistent(mpi_world(), h, what);
   } catch (const dist::dist_error& e) {
     return e.what();
   }
@@ -52,17 +50,17 @@ std::string same_on_every_rank(std::uint64_t h, const char* what) {
 }  // namespace
 
 TEST_CASE("mpi data_parallel: N processes on shards = one process on the whole batch", "[dist][mpi][ddp]") {
-  const int world_size = world().size();
+  const int world_size = mpi_world().size();
   const index_t b = 5;
   const int steps = 4;
   for (int micro : {1, 3}) {
     const auto ref = reference(world_size, steps, micro, b);
     for (int layout = 0; layout < 3; ++layout) {
-      INFO("rank " << world().rank() << " of " << world_size << ", micro-steps " << micro << ", layout " << layout);
+      INFO("rank " << mpi_world().rank() << " of " << world_size << ", micro-steps " << micro << ", layout " << layout);
       parallel::data_parallel_options opts;
       if (layout == 1) opts = {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40};
       if (layout == 2) opts = {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40, .overlap = false};
-      const auto got = train_shard(world(), steps, micro, b, opts);
+      const auto got = train_shard(mpi_world(), steps, micro, b, opts);
       CHECK(compare(got.params, ref) == "");
       CHECK(same_on_every_rank(fingerprint(got.params), "parameters after training") == "");
       CHECK(got.stats.steps == static_cast<std::uint64_t>(steps));
@@ -73,10 +71,10 @@ TEST_CASE("mpi data_parallel: N processes on shards = one process on the whole b
 }
 
 TEST_CASE("mpi data_parallel: compressed training keeps the processes identical", "[dist][mpi][ddp]") {
-  const auto fp32 = train_shard<dist::none>(world(), 20, 1, 8);
-  const auto i8 = train_shard<dist::int8>(world(), 20, 1, 8);
-  const auto s1 = train_shard<dist::sign_1bit>(world(), 20, 1, 8);
-  const auto h16 = train_shard<dist::fp16>(world(), 20, 1, 8);
+  const auto fp32 = train_shard<dist::none>(mpi_world(), 20, 1, 8);
+  const auto i8 = train_shard<dist::int8>(mpi_world(), 20, 1, 8);
+  const auto s1 = train_shard<dist::sign_1bit>(mpi_world(), 20, 1, 8);
+  const auto h16 = train_shard<dist::fp16>(mpi_world(), 20, 1, 8);
   CHECK(same_on_every_rank(fingerprint(i8.params), "int8 parameters") == "");
   CHECK(same_on_every_rank(fingerprint(s1.params), "1-bit parameters") == "");
   CHECK(same_on_every_rank(fingerprint(h16.params), "fp16 parameters") == "");
@@ -88,26 +86,26 @@ TEST_CASE("mpi data_parallel: compressed training keeps the processes identical"
 
 TEST_CASE("mpi compressed_allreduce: bytes on the wire", "[dist][mpi][ddp]") {
   const index_t n = (index_t(1) << 20) + 3;
-  std::vector<float> x(static_cast<std::size_t>(n), 1.0f + static_cast<float>(world().rank()));
+  std::vector<float> x(static_cast<std::size_t>(n), 1.0f + static_cast<float>(mpi_world().rank()));
   dist::none a;
   dist::int8 b;
   dist::sign_1bit c;
   dist::compress_workspace ws;
-  dist::compressed_allreduce(world(), a, x.data(), n, 0, dist::reduce_op::avg, &ws);
-  dist::compressed_allreduce(world(), b, x.data(), n, 0, dist::reduce_op::avg, &ws);
-  dist::compressed_allreduce(world(), c, x.data(), n, 0, dist::reduce_op::avg, &ws);
-  const double mean_rank = static_cast<double>(world().size() + 1) / 2.0;
+  dist::compressed_allreduce(mpi_world(), a, x.data(), n, 0, dist::reduce_op::avg, &ws);
+  dist::compressed_allreduce(mpi_world(), b, x.data(), n, 0, dist::reduce_op::avg, &ws);
+  dist::compressed_allreduce(mpi_world(), c, x.data(), n, 0, dist::reduce_op::avg, &ws);
+  const double mean_rank = static_cast<double>(mpi_world().size() + 1) / 2.0;
   CHECK(x[0] == Approx(mean_rank).epsilon(0.02));
   CHECK(static_cast<double>(b.bytes_sent()) <= 0.27 * static_cast<double>(a.bytes_sent()));
   CHECK(static_cast<double>(c.bytes_sent()) <= 0.04 * static_cast<double>(a.bytes_sent()));
 }
 
 TEST_CASE("mpi data_parallel: different models are a clear error on every rank", "[dist][mpi][ddp]") {
-  const int r = world().rank();
-  auto m = make_mlp(1, r == world().size() - 1 ? 9 : 8);  // the last rank: another hidden size
+  const int r = mpi_world().rank();
+  auto m = make_mlp(1, r == mpi_world().size() - 1 ? 9 : 8);  // the last rank: another hidden size
   std::string message;
   try {
-    parallel::data_parallel<mpi> ddp(world(), *m);
+    parallel::data_parallel<mpi> ddp(mpi_world(), *m);
   } catch (const dist::dist_error& e) {
     message = e.what();
   }
@@ -117,9 +115,9 @@ TEST_CASE("mpi data_parallel: different models are a clear error on every rank",
 }
 
 TEST_CASE("mpi data_parallel: unused parameters and found_inf", "[dist][mpi][ddp]") {
-  const int r = world().rank(), w = world().size();
+  const int r = mpi_world().rank(), w = mpi_world().size();
   var a(tensor::zeros({3}), true), unused_here(tensor::zeros({2}), true);
-  parallel::data_parallel<mpi> ddp(world(), {{"a", a}, {"b", unused_here}}, {});
+  parallel::data_parallel<mpi> ddp(mpi_world(), {{"a", a}, {"b", unused_here}}, {});
   auto loss = trainkit::autograd::sum(a * var(tensor::full({3}, static_cast<float>(r + 1))));
   if (r == 0) loss = loss + trainkit::autograd::sum(unused_here);  // only rank 0 uses b
   loss.backward();
@@ -129,13 +127,4 @@ TEST_CASE("mpi data_parallel: unused parameters and found_inf", "[dist][mpi][ddp
   for (float g : unused_here.grad().to_vector()) CHECK(g == Approx(1.0f / static_cast<float>(w)));
   CHECK(ddp.found_inf(r == w - 1));
   CHECK_FALSE(ddp.found_inf(false));
-}
-
-int main(int argc, char** argv) {
-  mpi::environment env(argc, argv);
-  // Generous: the ranks share 2 cores under --oversubscribe; a rank out of step still fails, not hangs.
-  world_comm = std::make_unique<mpi>(trainkit::dist::mpi_options{.timeout = std::chrono::milliseconds(30000)});
-  const int rc = trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_ddp");
-  world_comm.reset();
-  return rc;
 }

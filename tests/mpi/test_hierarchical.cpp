@@ -2,7 +2,6 @@
 // host (MPI_COMM_TYPE_SHARED), where the compressed allreduce is exact; "hosts" made with split()
 // (ranks 2h and 2h + 1 on host h) compress between them only, every rank getting the same bits
 // close to the exact mean; at -np 3 such hosts are uneven and refused on every rank.
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include "dist/rank_gradients.hpp"
@@ -24,7 +23,7 @@ namespace {
 namespace dist = trainkit::dist;
 using trainkit::index_t;
 using dist::mpi;
-const dist::mpi_options options{.timeout = std::chrono::milliseconds(30000)};
+const dist::mpi_options hier_options{.timeout = std::chrono::milliseconds(30000)};
 
 using trainkit_test::grad_of;
 
@@ -37,7 +36,7 @@ std::uint64_t hash_of(const std::vector<float>& v) { return dist::hash_bytes(v.d
 }  // namespace
 
 TEST_CASE("mpi hierarchical: one host by MPI_COMM_TYPE_SHARED is exact", "[dist][mpi][hierarchical]") {
-  auto comm = dist::hierarchical<mpi>::by_host(mpi(options));
+  auto comm = dist::hierarchical<mpi>::by_host(mpi(hier_options));
   CHECK(comm.hosts() == 1);
   CHECK(comm.ranks_per_host() == comm.size());
   const index_t n = 3001;
@@ -50,7 +49,7 @@ TEST_CASE("mpi hierarchical: one host by MPI_COMM_TYPE_SHARED is exact", "[dist]
 }
 
 TEST_CASE("mpi hierarchical: hosts of two ranks compress between them only", "[dist][mpi][hierarchical]") {
-  mpi world(options);
+  mpi world(hier_options);
   const int r = world.rank(), w = world.size();
   mpi local = world.split(r / 2, r), cross = world.split(r % 2, r);
   if (w % 2 != 0) {  // a host of 1 next to hosts of 2
@@ -72,9 +71,4 @@ TEST_CASE("mpi hierarchical: hosts of two ranks compress between them only", "[d
   }
   CHECK(c.bytes_sent() == dist::compressed_allreduce_bytes<dist::int8>(n / 2, comm.hosts()));
   CHECK_NOTHROW(dist::check_consistent(comm, hash_of(g), "result"));
-}
-
-int main(int argc, char** argv) {
-  mpi::environment env(argc, argv);
-  return trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_hierarchical");
 }

@@ -3,7 +3,6 @@
 // part of an epoch with int8 compression and snapshot, the first M resume (2 -> 1 at any -np,
 // 2 -> 3 from -np 3, 4 -> 2 at -np 4); the other ranks wait at a barrier. Every check is made on
 // every rank of the resuming job (the reports are combined over its ranks).
-#define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 
 #include "mpi/mpi_catch_main.hpp"
@@ -27,7 +26,7 @@ namespace {
 using namespace trainkit_test::resize;
 using trainkit::dist::mpi;
 
-const trainkit::dist::mpi_options options{.timeout = std::chrono::milliseconds(30000)};
+const trainkit::dist::mpi_options resize_options{.timeout = std::chrono::milliseconds(30000)};
 
 /// resize_phase on the first k ranks of MPI_COMM_WORLD (nothing on the others); then a barrier.
 std::optional<phase_report> on_first(int k, const std::string& dir, int steps, bool resume, phase_end end) {
@@ -38,7 +37,7 @@ std::optional<phase_report> on_first(int k, const std::string& dir, int steps, b
   std::optional<phase_report> r;
   if (sub != MPI_COMM_NULL) {
     {
-      mpi comm(sub, options);
+      mpi comm(sub, resize_options);
       r = resize_phase(comm, dir, steps, resume, end);
     }
     MPI_Comm_free(&sub);
@@ -106,9 +105,4 @@ TEST_CASE("resume on another world size: mpirun 2 -> 1, 2 -> 3, 4 -> 2", "[io][d
     CHECK(after->rank_rng_offset == (rank < n ? static_cast<std::uint64_t>(steps) : 0u));
     CHECK(compare_epoch(first, *after, (m - 1) + m * (per_rank_batch - 1)) == "");
   }
-}
-
-int main(int argc, char** argv) {
-  mpi::environment env(argc, argv);
-  return trainkit_test::run_mpi_catch_session(argc, argv, "test_mpi_resize");
 }

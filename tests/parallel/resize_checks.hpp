@@ -32,6 +32,7 @@ namespace trainkit_test::resize {
 using namespace trainkit_test::dp;
 namespace data = trainkit::data;
 namespace io = trainkit::io;
+namespace dist = trainkit::dist;  // not trainkit_test::dist (collective_checks.hpp)
 
 inline constexpr index_t samples = 150;  // per epoch, over all ranks
 inline constexpr index_t per_rank_batch = 3;

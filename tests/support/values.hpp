@@ -23,4 +23,24 @@ inline bool bit_equal(const tensor<float>& a, const tensor<float>& b) {
   return a.sizes() == b.sizes() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
 }
 
+/// Same sizes and equal values element by element (float ==: -0 equals +0, a NaN equals nothing).
+inline bool values_equal(const tensor<float>& a, const tensor<float>& b) {
+  return a.sizes() == b.sizes() && a.to_vector() == b.to_vector();
+}
+
+/// Every parameter of m, in order, as a vector of its values.
+template <class Module>
+std::vector<std::vector<float>> params_of(const Module& m) {
+  std::vector<std::vector<float>> r;
+  for (const auto& p : m.parameters()) r.push_back(p.value().to_vector());
+  return r;
+}
+
+/// The batches' indices, one after the other.
+inline std::vector<index_t> flat(const std::vector<std::vector<index_t>>& batches) {
+  std::vector<index_t> v;
+  for (const auto& b : batches) v.insert(v.end(), b.begin(), b.end());
+  return v;
+}
+
 }  // namespace trainkit::test

@@ -5,6 +5,8 @@
 // as the hand-written `scaler.scale(loss / K)` loop does; one metrics record per optimizer step;
 // accumulation_steps < 1 refused.
 #include <catch2/catch.hpp>
+
+#include "support/values.hpp"
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -35,7 +37,7 @@ constexpr index_t in_f = 12, classes = 4;
 
 /// Linear-ReLU-Linear-ReLU-Linear, no dropout: the equivalence is exact up to round-off. Five
 /// layers, so that every_n and sqrt_segments cut it into several checkpointed segments.
-std::shared_ptr<net_t> make_mlp(std::uint64_t seed) {
+std::shared_ptr<net_t> make_plain_mlp(std::uint64_t seed) {
   generator g(seed);
   return nn::make_sequential(
       std::make_shared<nn::linear<float>>(in_f, 16, true, g), std::make_shared<nn::relu<float>>(),
@@ -65,11 +67,7 @@ auto loss_of(const batch& b) {
   return [&b](const var<float>& out) { return autograd::cross_entropy(out, b.y); };
 }
 
-param_values params_of(const nn::module<float>& m) {
-  param_values r;
-  for (const auto& p : m.parameters()) r.push_back(p.value().to_vector());
-  return r;
-}
+using trainkit::test::params_of;
 
 /// "" when a and b agree to fp32 round-off (|a - b| <= 1e-6 + 1e-5 |b|), else the first difference.
 std::string compare(const param_values& a, const param_values& b) {
@@ -95,8 +93,8 @@ template <class Optimizer, class MakeOpt>
 std::pair<param_values, param_values> whole_vs_accumulated(MakeOpt make_opt, int steps, index_t b,
                                                            double max_grad_norm = 0.0,
                                                            bool with_schedule = false) {
-  auto whole_net = make_mlp(11);
-  auto acc_net = make_mlp(11);
+  auto whole_net = make_plain_mlp(11);
+  auto acc_net = make_plain_mlp(11);
   REQUIRE(params_of(*whole_net) == params_of(*acc_net));
   Optimizer opt_a = make_opt(whole_net->parameters());
   Optimizer opt_b = make_opt(acc_net->parameters());
@@ -168,7 +166,7 @@ TEST_CASE("accumulation over K micro-batches is one step on the K-times batch", 
     // Guards the sections above against a comparison of two untrained models.
     const auto [whole, acc] = whole_vs_accumulated<optim::sgd<float>>(
         [](auto p) { return optim::sgd<float>(p, {.lr = 0.1}); }, 2, 8);
-    REQUIRE(compare(acc, params_of(*make_mlp(11))) != "");
+    REQUIRE(compare(acc, params_of(*make_plain_mlp(11))) != "");
     REQUIRE(compare(acc, whole) == "");
   }
 }
@@ -191,7 +189,7 @@ std::vector<rank_record> ddp_accumulated(int world, int steps, index_t b) {
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
     const int r = comm.rank();
     // Rank 1 starts elsewhere: data_parallel broadcasts rank 0's parameters.
-    auto net = make_mlp(r == 0 ? 11 : 77);
+    auto net = make_plain_mlp(r == 0 ? 11 : 77);
     optim::sgd<float> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
     // Small buckets: several reductions per step, so a bucket reduced too early would show.
     parallel::data_parallel<dist::thread_group> ddp(comm, *net,
@@ -218,7 +216,7 @@ std::vector<rank_record> ddp_accumulated(int world, int steps, index_t b) {
 
 /// One process, no accumulation, `steps` steps on the whole batch of world * K * b rows.
 param_values one_process(int world, int steps, index_t b) {
-  auto net = make_mlp(11);
+  auto net = make_plain_mlp(11);
   optim::sgd<float> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
   train::train_step step(*net, opt);
   for (int s = 0; s < steps; ++s) {
@@ -278,7 +276,7 @@ TEST_CASE("accumulation with dynamic scaling: an inf in one micro-batch skips th
 
   // By hand, as docs/mixed_precision.md writes it: scale(loss / K) per micro-batch, then one
   // unscale, step and update.
-  auto hand = make_mlp(21);
+  auto hand = make_plain_mlp(21);
   optim::sgd<float> opt_a(hand->parameters(), {.lr = 0.05, .momentum = 0.9});
   amp::dynamic_scaling scaler_a(so);
   std::vector<param_values> hand_after;
@@ -295,7 +293,7 @@ TEST_CASE("accumulation with dynamic scaling: an inf in one micro-batch skips th
   }
   REQUIRE(scaler_a.skipped_steps() == 1);
 
-  auto net = make_mlp(21);
+  auto net = make_plain_mlp(21);
   optim::sgd<float> opt_b(net->parameters(), {.lr = 0.05, .momentum = 0.9});
   train::train_step<net_t, optim::sgd<float>, amp::fp32, amp::dynamic_scaling> step(
       *net, opt_b, {.accumulation_steps = K}, amp::dynamic_scaling(so));
@@ -320,7 +318,7 @@ TEST_CASE("accumulation with dynamic scaling: an inf in one micro-batch skips th
 
 TEST_CASE("accumulation reports one metrics record per optimizer step", "[train][accumulation][monitor]") {
   constexpr index_t b = 5;
-  auto net = make_mlp(31);
+  auto net = make_plain_mlp(31);
   optim::sgd<float> opt(net->parameters(), {.lr = 0.1});
   monitor::registry reg;
   monitor::training_metrics metrics(reg, {.gpu = false});
@@ -347,7 +345,7 @@ TEST_CASE("accumulation reports one metrics record per optimizer step", "[train]
 }
 
 TEST_CASE("accumulation_steps < 1 is a value_error naming the option", "[train][accumulation]") {
-  auto net = make_mlp(41);
+  auto net = make_plain_mlp(41);
   optim::sgd<float> opt(net->parameters(), {.lr = 0.1});
   for (int bad : {0, -3}) {
     REQUIRE_THROWS_AS(train::train_step(*net, opt, {.accumulation_steps = bad}), value_error);

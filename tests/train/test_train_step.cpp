@@ -3,6 +3,8 @@
 // store_all; fp16 with dynamic scaling skipping the steps a hand loop skips; data_parallel on
 // thread ranks keeping the ranks bit-identical; metrics per step; the batch-size finder.
 #include <catch2/catch.hpp>
+
+#include "support/values.hpp"
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -51,11 +53,7 @@ batches make_batches(int n, index_t b = 16, index_t in = 12, index_t classes = 4
   return r;
 }
 
-std::vector<std::vector<float>> params_of(const nn::module<float>& m) {
-  std::vector<std::vector<float>> r;
-  for (const auto& p : m.parameters()) r.push_back(p.value().to_vector());
-  return r;
-}
+using trainkit::test::params_of;
 
 }  // namespace
 
