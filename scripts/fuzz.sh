@@ -10,7 +10,8 @@
 # build-fuzz/corpus/<name>/ from tests/fuzz/corpus/<name>/ (the corpus grows across runs), and runs
 # the harness with -max_total_time=SECONDS -rss_limit_mb=2048 -timeout=10. Crash, leak, timeout
 # and out-of-memory inputs are written to build-fuzz/artifacts/<name>/ and printed with the
-# command that reproduces them.
+# command that reproduces them. The harnesses run side by side, FUZZ_JOBS at a time (default: the
+# number of cores), each on a core of its own for SECONDS.
 # Exit status: 0 when no harness found anything, 1 when one did (or a build failed), 2 for bad
 # arguments, 77 when clang++ is not installed.
 set -uo pipefail
@@ -69,6 +70,9 @@ export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1}"
 
 status=0
 declare -A result
+# Build every harness first (a few seconds each), then run them side by side, as many at a time as
+# there are cores (FUZZ_JOBS): each still gets a whole core for its SECONDS.
+runnable=()
 for h in "${harnesses[@]}"; do
   src="$repo_root/tests/fuzz/fuzz_$h.cpp"
   bin="$build/fuzz_$h"
@@ -81,23 +85,35 @@ for h in "${harnesses[@]}"; do
     continue
   fi
   echo "    built in $((SECONDS - start)) s"
+  runnable+=("$h")
+done
 
-  corpus="$build/corpus/$h"
-  artifacts="$build/artifacts/$h"
-  log="$build/fuzz_$h.log"
+# run_one <name>: one harness for $seconds; its exit status and time go to $build/fuzz_<name>.rc.
+run_one() {
+  local h="$1" corpus="$build/corpus/$1" artifacts="$build/artifacts/$1" log="$build/fuzz_$1.log"
   mkdir -p "$corpus"
   cp -f "$repo_root/tests/fuzz/corpus/$h/"* "$corpus/"
   rm -rf "$artifacts"
   mkdir -p "$artifacts"
-
-  echo "=== fuzz_$h: running for $seconds s (log: ${log#"$repo_root"/})"
-  start=$SECONDS
-  "$bin" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len="${max_len[$h]}" \
+  local start=$SECONDS
+  "$build/fuzz_$h" -max_total_time="$seconds" -rss_limit_mb=2048 -timeout=10 -max_len="${max_len[$h]}" \
     -print_final_stats=1 -artifact_prefix="$artifacts/" "$corpus" >"$log" 2>&1
-  rc=$?
-  elapsed=$((SECONDS - start))
-  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
+  echo "$? $((SECONDS - start))" >"$build/fuzz_$h.rc"
+}
+jobs_max="${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 1)}"
+for h in "${runnable[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n; done
+  echo "=== fuzz_$h: running for $seconds s (log: build-fuzz/fuzz_$h.log)"
+  run_one "$h" &
+done
+wait
 
+for h in "${runnable[@]}"; do
+  corpus="$build/corpus/$h"
+  artifacts="$build/artifacts/$h"
+  log="$build/fuzz_$h.log"
+  read -r rc elapsed <"$build/fuzz_$h.rc"
+  execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)"
   mapfile -t found < <(find "$artifacts" -maxdepth 1 -type f \
     \( -name 'crash-*' -o -name 'leak-*' -o -name 'timeout-*' -o -name 'oom-*' \) | sort)
   if ((rc != 0 || ${#found[@]} > 0)); then

@@ -1,3 +1,4 @@
-// tests/catch_main.cpp - Catch2's main(), compiled once into trainkit_catch_main for every test.
-#define CATCH_CONFIG_MAIN
-#include <catch2/catch.hpp>
+// tests/catch_main.cpp - main() of the test executables: Catch2's session (tests/catch_session.cpp).
+#include "support/catch_session.hpp"
+
+int main(int argc, char** argv) { return trainkit_test::run_catch_session(argc, argv); }

@@ -1,9 +1,8 @@
 // tests/mpi/main.cpp - main() of test_mpi, the Catch2 tests of tests/mpi/ in one executable (run
 // under mpiexec; ctest's test_mpi_<file>_np<N> runs one file's cases: -# "[#test_<file>]").
-// Listed first among test_mpi's sources (one translation unit), so that Catch2's implementation is
-// compiled here, and every header the test files use is read before any file's own using-declarations
-// (as the precompiled header does for the other tests).
-#define CATCH_CONFIG_RUNNER
+// Listed first among test_mpi's sources (one translation unit), so that every header the test files
+// use is read before any file's own using-declarations (as the precompiled header does for the other
+// tests). Catch2's implementation comes from tests/catch_session.cpp.
 #include <catch2/catch.hpp>
 
 #include "trainkit/trainkit.hpp"

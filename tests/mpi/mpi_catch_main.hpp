@@ -5,7 +5,7 @@
 // under --oversubscribe, and a rank that falls out of step then fails its tests instead of hanging).
 #pragma once
 
-#include <catch2/catch.hpp>
+#include "support/catch_session.hpp"
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -32,8 +32,7 @@ inline int run_mpi_catch_session(int argc, char** argv, const char* program) {
     args.push_back(reporter_flag.data());
     args.push_back(reporter.data());
   }
-  Catch::Session session;
-  const int failed = session.run(static_cast<int>(args.size()), args.data());
+  const int failed = run_catch_session(static_cast<int>(args.size()), args.data());
   if (failed != 0) std::fprintf(stderr, "%s: rank %d of %d: %d test case(s) failed\n", program, rank, size, failed);
   int total = failed;
   if (trainkit::dist::mpi::environment::healthy())
