@@ -53,8 +53,11 @@ function(build_cmake_consumer build_dir)
   message(STATUS "${last_output}")
   run_checked("building tests/consumer (${MODE})" "${CMAKE_COMMAND}" --build "${build_dir}")
   run_consumer("${build_dir}/trainkit_consumer")
-  run_checked("running the trainkit::precompiled consumer" "${build_dir}/trainkit_consumer_precompiled")
-  message(STATUS "precompiled consumer says: ${last_output}")
+  list(FIND ARGN "-DTRAINKIT_CONSUMER_PRECOMPILED=OFF" no_precompiled)
+  if(no_precompiled EQUAL -1)
+    run_checked("running the trainkit::precompiled consumer" "${build_dir}/trainkit_consumer_precompiled")
+    message(STATUS "precompiled consumer says: ${last_output}")
+  endif()
 endfunction()
 
 if(MODE STREQUAL "install")
@@ -80,7 +83,7 @@ elseif(MODE STREQUAL "find_package")
 
 elseif(MODE STREQUAL "add_subdirectory")
   build_cmake_consumer("${WORK_DIR}/add_subdirectory"
-    "-DTRAINKIT_CONSUMER_SOURCE_DIR=${SOURCE_DIR}")
+    "-DTRAINKIT_CONSUMER_SOURCE_DIR=${SOURCE_DIR}" "-DTRAINKIT_CONSUMER_PRECOMPILED=OFF")
 
 elseif(MODE STREQUAL "pkg_config")
   if(NOT DEFINED PKG_CONFIG OR NOT DEFINED PKGCONFIG_DIR)
