@@ -1,5 +1,5 @@
 // trainkit/dist/hierarchical.hpp - a communicator over several hosts that compresses only the hop
-// between hosts (DESIGN.md section 5).
+// between hosts (docs/architecture.md, "Data parallel").
 //
 //   dist::mpi world;
 //   auto comm = dist::hierarchical<dist::mpi>::by_host(std::move(world));  // MPI_COMM_TYPE_SHARED

@@ -1,5 +1,5 @@
 // trainkit/dist/quantized_allreduce.hpp - the allreduce of a flat fp32 buffer through a gradient
-// compression policy (DESIGN.md section 5):
+// compression policy (docs/architecture.md, "Data parallel"; docs/compression.md):
 //
 //   worker:  x + worker residual --quantize--> W chunks   (worker residual = meant - sent)
 //            alltoall: chunk j goes to rank j                     (the reduce-scatter phase)

@@ -1,7 +1,7 @@
 // trainkit/parallel/data_parallel.hpp - data_parallel<Comm, Compression>: PyTorch DDP's reducer for
 // trainkit modules. Every rank runs the same model on its shard of the batch; data_parallel makes
 // the gradients the average over the ranks, reducing bucket by bucket while backward is still
-// running (DESIGN.md section 5):
+// running (docs/architecture.md, "Data parallel"):
 //
 //   thread_group / mpi comm = ...;
 //   data_parallel<mpi, int8> ddp(comm, *model);   // checks + broadcasts rank 0's
