@@ -35,6 +35,11 @@ function(run_consumer exe)
     message(FATAL_ERROR "consumer output does not start with 'trainkit ${EXPECTED_VERSION}' "
                         "(TRAINKIT_VERSION_* in config.hpp must match project(VERSION)):\n${last_output}")
   endif()
+  # oneDNN reaches the consumer whichever way it is consumed (the CMake target, pkg-config).
+  if(EXPECT_ONEDNN AND NOT last_output MATCHES "onednn on")
+    message(FATAL_ERROR "the consumer was built without TRAINKIT_HAS_ONEDNN, but this trainkit was "
+                        "configured with oneDNN (${MODE}):\n${last_output}")
+  endif()
 endfunction()
 
 function(build_cmake_consumer build_dir)

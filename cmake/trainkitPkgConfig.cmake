@@ -58,6 +58,20 @@ else()
   endforeach()
   list(APPEND _trainkit_libs ${ZLIB_LIBRARIES})
 endif()
+# oneDNN (found at configure time, TRAINKIT_HAVE_ONEDNN): its define, headers and library, as the
+# CMake target trainkit::trainkit carries them; without them a pkg-config build silently ran the
+# OpenBLAS-only routes.
+if(TRAINKIT_HAVE_ONEDNN)
+  list(APPEND _trainkit_cflags -DTRAINKIT_HAS_ONEDNN=1)
+  if(NOT TRAINKIT_DNNL_INCLUDE_DIR MATCHES "^/usr(/local)?/include/?$")
+    list(APPEND _trainkit_cflags "-I${TRAINKIT_DNNL_INCLUDE_DIR}")
+  endif()
+  get_filename_component(_trainkit_dir "${TRAINKIT_DNNL_LIBRARY}" DIRECTORY)
+  if(NOT _trainkit_dir MATCHES "^/(usr/)?lib(64)?(/${CMAKE_LIBRARY_ARCHITECTURE})?/?$")
+    list(APPEND _trainkit_libs "-L${_trainkit_dir}")
+  endif()
+  list(APPEND _trainkit_libs -ldnnl)
+endif()
 # OpenMP and threads are compiler flags with GCC/Clang (-fopenmp, -pthread), at compile and link.
 list(APPEND _trainkit_cflags ${OpenMP_CXX_FLAGS})
 list(APPEND _trainkit_libs ${OpenMP_CXX_FLAGS})

@@ -23,8 +23,13 @@ int main() {
   const float x[3] = {1.0f, 2.0f, 3.0f};
   const float y[3] = {4.0f, 5.0f, 6.0f};
   const float dot = cblas_sdot(3, x, 1, y, 1);
-  std::printf("cblas_sdot = %g, zlib %s, openmp %s\n", static_cast<double>(dot), zlibVersion(),
+  std::printf("cblas_sdot = %g, zlib %s, openmp %s, onednn %s\n", static_cast<double>(dot), zlibVersion(),
 #if defined(_OPENMP)
+              "on",
+#else
+              "off",
+#endif
+#if defined(TRAINKIT_HAS_ONEDNN) && TRAINKIT_HAS_ONEDNN
               "on"
 #else
               "off"

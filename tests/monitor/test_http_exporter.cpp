@@ -72,8 +72,20 @@ TEST_CASE("GET /metrics returns the registry in the Prometheus text format", "[m
 
 TEST_CASE("the exporter stops cleanly right after it starts", "[monitor][http]") {
   monitor::registry reg;
-  for (int i = 0; i < 5; ++i) monitor::http_exporter http(reg, {.host = "127.0.0.1", .port = 0});
-  SUCCEED();
+  for (int i = 0; i < 5; ++i) {
+    int port = 0;
+    {
+      monitor::http_exporter http(reg, {.host = "127.0.0.1", .port = 0});
+      port = http.port();
+      REQUIRE(port > 0);
+    }
+    // Stopped: nothing answers on its port any more, and the port can be bound again at once.
+    httplib::Client client("127.0.0.1", port);
+    client.set_connection_timeout(std::chrono::seconds(1));
+    CHECK_FALSE(client.Get("/metrics"));
+    monitor::http_exporter again(reg, {.host = "127.0.0.1", .port = port});
+    CHECK(again.port() == port);
+  }
 }
 
 namespace {
