@@ -79,8 +79,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# shellcheck source=cmake/free_port.sh
-source "$here/../../cmake/free_port.sh"
+# shellcheck source=tests/drivers/free_port.sh
+source "$here/../drivers/free_port.sh"
 
 # --- munge: a fresh key, its own socket.
 mkdir -p "$tmp/munge" "$tmp/log" "$tmp/state" "$tmp/spool"

@@ -1,6 +1,6 @@
 // A rank dies (or stalls) in the middle of a loop of allreduces: the survivors must observe dist_error
 // within the timeout and exit with a clear message, not hang. Run with 3 ranks, through
-// cmake/trainkit_mpi_run.cmake, which runs mpirun under a hard time limit and passes when every
+// tests/drivers/trainkit_mpi_run.cmake, which runs mpirun under a hard time limit and passes when every
 // survivor printed its "rank R: dist_error" line (mpirun's own exit code says nothing here).
 //
 //   test_mpi_fault [kill|stall]   kill: rank 2 raise(SIGKILL)s itself at iteration 10 (default);

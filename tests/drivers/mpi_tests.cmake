@@ -1,4 +1,4 @@
-# trainkit_mpi_tests.cmake - the multi-process tests of tests/mpi/, included by tests/CMakeLists.txt
+# tests/drivers/mpi_tests.cmake - the multi-process tests of tests/mpi/, included by tests/CMakeLists.txt
 # (it uses trainkit_add_test_executable from there). Does nothing while tests/mpi/ holds no .cpp file.
 #
 #   tests/mpi/test_<name>.cpp -> in executable test_mpi (with tests/mpi/main.cpp: MPI init, the
@@ -62,12 +62,12 @@ foreach(source IN LISTS trainkit_mpi_sources)
     trainkit_add_test_executable(${name} "${source}" OWN_MAIN)
     target_link_libraries(${name} PRIVATE trainkit::mpi)
     # A rank dies (or stalls) mid-way: the job is judged by the survivors' output, under a hard time
-    # limit (cmake/trainkit_mpi_run.cmake); mpirun's exit code says nothing useful here.
+    # limit (tests/drivers/trainkit_mpi_run.cmake); mpirun's exit code says nothing useful here.
     if(NOT trainkit_mpi_is_openmpi)
       message(STATUS "trainkit: ${name} needs OpenMPI's mpirun (--enable-recovery); not registered")
       continue()
     endif()
-    set(run_script "${PROJECT_SOURCE_DIR}/cmake/trainkit_mpi_run.cmake")
+    set(run_script "${PROJECT_SOURCE_DIR}/tests/drivers/trainkit_mpi_run.cmake")
     # Every survivor names the failed rank, its host and pid (the probe after the timeout).
     set(named ".*rank 2 \\(host [^,]+, pid [0-9]+\\) did not answer within [0-9]+ ms - dead or stalled")
     set(survivors "rank 0: dist_error at iteration [0-9]+ after${named}|rank 1: dist_error at iteration [0-9]+ after${named}")

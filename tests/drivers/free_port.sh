@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# cmake/free_port.sh - sourced by the tests that start services (example_prometheus.sh,
+# tests/drivers/free_port.sh - sourced by the tests that start services (example_prometheus.sh,
 # tests/launch/slurm.sh). (No shebang: a library of functions.)
 
 # free_port: prints a TCP port nothing listens on (ss lists the listening ones); fails after 100 tries.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cmake/example_resume_guard.sh <example> <data dir> <work dir> - the resume guard rails, end to end
+# tests/drivers/example_resume_guard.sh <example> <data dir> <work dir> - the resume guard rails, end to end
 # (ctest example_resume_guard): --resume (= 1) on a mistyped directory and on a directory whose
 # only snapshot is damaged is an error that names the directory and keeps the damaged file aside
 # (renamed *.damaged, never overwritten); --resume auto starts from scratch there; a resume with

@@ -11,7 +11,7 @@ prom=$(command -v prometheus || true)
 command -v curl >/dev/null || { echo "SKIPPED: curl is not installed"; exit 77; }
 rm -rf "$work" && mkdir -p "$work"
 
-# shellcheck source=cmake/free_port.sh
+# shellcheck source=tests/drivers/free_port.sh
 source "$(dirname "${BASH_SOURCE[0]}")/free_port.sh"
 metrics_port=$(free_port) web_port=$(free_port)
 pids=()

@@ -1,4 +1,4 @@
-# trainkit_packaging_tests.cmake - CTest tests for the packaging and the API docs, included at the
+# tests/drivers/packaging_tests.cmake - CTest tests for the packaging and the API docs, included at the
 # end of tests/CMakeLists.txt. Each runs a script that also works on its own (see its header):
 #
 #   package_conan_create  scripts/conan-create.sh <build>/package-conan    label "package"

@@ -1,10 +1,10 @@
-// tests/core/test_gemm_onednn.cpp - the CPU GEMM through oneDNN (backend/cpu/onednn.hpp) against
+// tests/backend/test_gemm_onednn.cpp - the CPU GEMM through oneDNN (backend/cpu/onednn.hpp) against
 // OpenBLAS: fp32 on odd shapes, every transpose, padded leading dimensions, alpha/beta; bfloat16 and
 // half against an fp32 GEMM of the same 16-bit inputs, rounded once; the TRAINKIT_CPU_GEMM route.
 // The widening fallback (route openblas, and every build without oneDNN) is checked the same way.
 // And what decides the route: backend/cpu/cpu_features.hpp (the ISA limit's names, what a limit
 // turns off, and that the limit in force reaches trainkit's checks and oneDNN alike; ctest runs
-// this file both ways: test_core_test_gemm_onednn and ..._avx2).
+// this file both ways: test_backend_test_gemm_onednn and ..._avx2).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
