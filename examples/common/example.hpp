@@ -26,6 +26,37 @@
 
 namespace example {
 
+/// What each flag of the examples does and which values it takes, for --help. Every flag an
+/// example declares has a line here (a flag without one is a std::logic_error at start-up).
+inline const std::map<std::string, std::string>& flag_help() {
+  static const std::map<std::string, std::string> help = {
+      {"batch", "samples per step (per rank when data-parallel)"},
+      {"checkpoint", "recompute activations in backward: none, sqrt (sqrt(n) segments) or every:N"},
+      {"comm", "gradient transport between GPUs: nccl, or mpi (staged through pinned host memory)"},
+      {"compression", "gradient compression: none, fp16, bf16, int8, sign_1bit (1bit); lossy ones with error feedback"},
+      {"data", "directory of the Fashion-MNIST *-ubyte.gz files (the resnet: or CIFAR-10's binary batches)"},
+      {"epochs", "passes over the training set"},
+      {"hierarchical", "1: fp32 among the ranks of a host, --compression only between hosts; 0: flat"},
+      {"lr", "peak learning rate, reached at the end of the warmup, then a cosine decay"},
+      {"metrics-log", "append the metrics as JSON lines to this file each epoch (empty: off)"},
+      {"metrics-port", "serve Prometheus metrics on /metrics at this port, rank r at port + r (0: off)"},
+      {"overlap", "1: reduce gradient buckets while backward runs; 0: all in finish(), to compare"},
+      {"precision", "fp32, bf16 or fp16: linear and conv layers in 16 bits, fp32 master weights"},
+      {"resume", "0: start afresh; 1: continue from the newest good snapshot (an error if none); auto: "
+                 "continue if there is one"},
+      {"seed", "seed of every random stream: initialisation, data order, dropout"},
+      {"snapshot-dir", "keep the whole training state here (empty: off); SIGTERM/SIGINT write one and exit 75"},
+      {"snapshot-every", "steps between periodic snapshots"},
+      {"stop-after", "stop as a signal would (snapshot, exit 75) after this many steps of this run; 0: never"},
+      {"tensorboard", "write the metrics and the test accuracy as TensorBoard scalars to this directory (empty: off)"},
+      {"test-limit", "score only the first N test images (0: all)"},
+      {"tf32", "1: fp32 GEMMs and convolutions may use TF32 tensor cores (GPU)"},
+      {"train-limit", "train on the first N training images only (0: all)"},
+      {"width", "channels of the network's first stage"},
+  };
+  return help;
+}
+
 /// --name value flags (and bare --flag for booleans); unknown flags are an error, so a typo
 /// does not silently train with defaults. Numbers are parsed strictly (the whole value, in range):
 ///   f.num("epochs", 1)           an integer >= 1      "--epochs: expected an integer >= 1, got '-1'"
@@ -35,11 +66,14 @@ namespace example {
 class flags {
  public:
   flags(int argc, char** argv, std::map<std::string, std::string> defaults) : values_(std::move(defaults)) {
+    for (const auto& [k, v] : values_)
+      if (!flag_help().count(k)) throw std::logic_error("example::flags: --" + k + " has no line in flag_help()");
     for (int i = 1; i < argc; ++i) {
       std::string a = argv[i];
       if (a == "--help" || a == "-h") {
-        std::cout << "flags (default):\n";
-        for (auto& [k, v] : values_) std::cout << "  --" << k << " (" << v << ")\n";
+        std::cout << "flags (default in brackets):\n";
+        for (auto& [k, v] : values_)
+          std::cout << "  --" << k << " [" << (v.empty() ? "\"\"" : v) << "]\n      " << flag_help().at(k) << "\n";
         std::exit(0);
       }
       if (a.rfind("--", 0) != 0) throw std::invalid_argument("unexpected argument '" + a + "'");
