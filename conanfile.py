@@ -245,7 +245,7 @@ class TrainkitConan(ConanFile):
             # trainkit uses MPI's C API; the deprecated C++ bindings would only add warnings.
             mpi.defines = pc.defines + ["OMPI_SKIP_MPICXX=1", "MPICH_SKIP_MPICXX=1"]
 
-        # trainkit::cuda - .cu files that include <trainkit/cuda.hpp>.
+        # trainkit::cuda - .cu files that include <trainkit/cuda.cuh>.
         if self.options.with_cuda:
             root = self._cuda_root()
             cuda = self.cpp_info.components["cuda"]

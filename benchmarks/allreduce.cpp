@@ -12,7 +12,7 @@
 // speed-up of each policy over fp32 per size. Flags after the benchmark ones:
 //   --sizes=1,4,16,25,64,256     buffer sizes in MiB
 //   --timeout-ms=600000          communicator timeout (a slow shaped link needs a long one)
-//   --hierarchical               also fp32, int8 and 1-bit through dist::hierarchical (hosts found by
+//   --hierarchical               also fp32, int8 and 1-bit through compression::hierarchical (hosts found by
 //                                MPI_COMM_TYPE_SHARED: fp32 inside a host, compressed between hosts),
 //                                and a table of hierarchical int8 against flat int8 and flat fp32
 //                                (benchmarks/allreduce_netns.sh with RANKS_PER_HOST=2)
@@ -30,18 +30,19 @@
 #include <string>
 #include <vector>
 
-#include "trainkit/dist/compression.hpp"
-#include "trainkit/dist/hierarchical.hpp"
+#include "trainkit/compression/codecs.hpp"
+#include "trainkit/compression/hierarchical.hpp"
 #include "trainkit/dist/mpi.hpp"
-#include "trainkit/dist/quantized_allreduce.hpp"
+#include "trainkit/compression/quantized_allreduce.hpp"
 
 namespace dist = trainkit::dist;
+namespace compression = trainkit::compression;
 using trainkit::index_t;
 
 namespace {
 
 std::unique_ptr<dist::mpi> comm;
-std::unique_ptr<dist::hierarchical<dist::mpi>> hier;
+std::unique_ptr<compression::hierarchical<dist::mpi>> hier;
 
 template <class C, class Comm = dist::mpi>
 void bench(benchmark::State& state, index_t n, Comm& ar = *comm) {
@@ -50,16 +51,16 @@ void bench(benchmark::State& state, index_t n, Comm& ar = *comm) {
   std::normal_distribution<float> d(0.0f, 1e-3f);
   for (auto& g : grad) g = d(gen);
   C c;
-  dist::compress_workspace ws;
+  compression::compress_workspace ws;
   // One untimed call: page in the buffers and the residuals.
   buf = grad;
-  dist::compressed_allreduce(ar, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
+  compression::compressed_allreduce(ar, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
   const std::uint64_t bytes_before = c.bytes_sent();
   for (auto _ : state) {
     std::copy(grad.begin(), grad.end(), buf.begin());
     comm->barrier().wait();
     const auto t0 = std::chrono::steady_clock::now();
-    dist::compressed_allreduce(ar, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
+    compression::compressed_allreduce(ar, c, buf.data(), n, 0, dist::reduce_op::avg, &ws);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     comm->allreduce(&secs, 1, dist::reduce_op::max).wait();  // the slowest rank's time
     state.SetIterationTime(secs);
@@ -136,21 +137,21 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (hierarchical) {
-    hier = std::make_unique<dist::hierarchical<dist::mpi>>(dist::hierarchical<dist::mpi>::by_host(
+    hier = std::make_unique<compression::hierarchical<dist::mpi>>(compression::hierarchical<dist::mpi>::by_host(
         dist::mpi(dist::mpi_options{.timeout = std::chrono::milliseconds(timeout_ms)})));
     if (comm->rank() == 0)
       std::printf("hierarchical: %d host(s) x %d rank(s)\n", hier->hosts(), hier->ranks_per_host());
   }
   for (long mib : sizes) {
-    add<dist::none>(mib);
-    add<dist::fp16>(mib);
-    add<dist::bf16>(mib);
-    add<dist::int8>(mib);
-    add<dist::sign_1bit>(mib);
+    add<compression::none>(mib);
+    add<compression::fp16>(mib);
+    add<compression::bf16>(mib);
+    add<compression::int8>(mib);
+    add<compression::sign_1bit>(mib);
     if (hierarchical) {
-      add<dist::none>(mib, true);
-      add<dist::int8>(mib, true);
-      add<dist::sign_1bit>(mib, true);
+      add<compression::none>(mib, true);
+      add<compression::int8>(mib, true);
+      add<compression::sign_1bit>(mib, true);
     }
   }
   benchmark::Initialize(&rest_argc, rest.data());
@@ -167,10 +168,10 @@ int main(int argc, char** argv) {
         const auto it = table.seconds.find(name(p, mib));
         return it == table.seconds.end() ? 0.0 : it->second;
       };
-      const double base = at(dist::none::name);
+      const double base = at(compression::none::name);
       auto ratio = [&](std::string_view p) { return at(p) > 0 ? base / at(p) : 0.0; };
-      std::printf("%8ld %10.2f %7.2fx %7.2fx %7.2fx %7.2fx\n", mib, base * 1e3, ratio(dist::fp16::name),
-                  ratio(dist::bf16::name), ratio(dist::int8::name), ratio(dist::sign_1bit::name));
+      std::printf("%8ld %10.2f %7.2fx %7.2fx %7.2fx %7.2fx\n", mib, base * 1e3, ratio(compression::fp16::name),
+                  ratio(compression::bf16::name), ratio(compression::int8::name), ratio(compression::sign_1bit::name));
     }
   }
   if (comm->rank() == 0 && hierarchical) {

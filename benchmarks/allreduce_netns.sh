@@ -11,7 +11,7 @@
 #   RATES="1gbit" sudo benchmarks/allreduce_netns.sh      (rates to run; default "1gbit 10gbit")
 #   RANKS_PER_HOST=2 sudo benchmarks/allreduce_netns.sh build/benchmarks/bench_allreduce --sizes=25 --hierarchical
 #       2 hosts x 2 ranks: the ranks of a host talk through shared memory (btl vader), the hosts
-#       through the shaped veth; --hierarchical compares dist::hierarchical with the flat allreduces
+#       through the shaped veth; --hierarchical compares compression::hierarchical with the flat allreduces
 #   HOSTS=3 RANKS_PER_HOST=2 sudo benchmarks/allreduce_netns.sh build/examples/fashion_mnist_ddp --hierarchical 1 ...
 #
 # How the ranks land in different namespaces: mpirun itself runs in host 0's namespace and sees a

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <trainkit/cuda.hpp>
+#include <trainkit/cuda.cuh>
 
 namespace tk = trainkit;
 using tk::cuda;

@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include <trainkit/cuda.hpp>
+#include <trainkit/cuda.cuh>
 
 namespace tk = trainkit;
 namespace nn = trainkit::nn;

@@ -21,7 +21,7 @@
 #include <random>
 #include <string>
 
-#include <trainkit/cuda.hpp>
+#include <trainkit/cuda.cuh>
 
 #include "../examples/common/fashion_cnn.hpp"  // the model of the CNN examples
 
@@ -171,7 +171,7 @@ int main(int argc, char** argv) try {
     tk::dist::thread_group::run(1, [&](tk::dist::thread_group& boot) {
       tk::dist::nccl comm(boot, tk::gpu::current_device());
       auto model = make_cnn();
-      tk::parallel::data_parallel<tk::dist::nccl, tk::dist::none, float, cuda> ddp(comm, *model);
+      tk::parallel::data_parallel<tk::dist::nccl, tk::compression::none, float, cuda> ddp(comm, *model);
       const auto x = random_input<float>({cnn_batch, 1, 28, 28}, 7);
       const auto y = random_labels(cnn_batch, 10);
       tk::optim::sgd opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});

@@ -1,7 +1,7 @@
 // GEMM through trainkit::matmul against calling cblas_sgemm directly on the same shapes.
 // The ratio of the two is what matters (issue goal: trainkit >= 0.9x of raw sgemm).
 //
-// And blas<cpu>::gemm with the route forced (backend/cpu/onednn.hpp), fp32 and bfloat16, on the
+// And blas<cpu>::gemm with the route forced (backend/cpu/onednn_route.hpp), fp32 and bfloat16, on the
 // shapes of the MLP/CNN steps: OpenBLAS (16-bit widened to fp32 sgemm) against oneDNN. These rows
 // chose onednn_prefers_f32(); the figures are in benchmarks/README.md.
 //

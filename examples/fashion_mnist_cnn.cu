@@ -19,7 +19,7 @@
 #include <cstdio>
 #include <exception>
 
-#include <trainkit/cuda.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train + the CUDA backend
+#include <trainkit/cuda.cuh>  // tensors, autograd, nn, optim, data, io, monitor, train + the CUDA backend
 
 #include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
 #include "common/fashion_cnn.hpp"  // the model

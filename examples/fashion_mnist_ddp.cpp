@@ -19,7 +19,7 @@
 // restores it on every rank - on any number of ranks: a snapshot of N ranks resumes on M, the
 // error-feedback residuals redistributed and the epoch continued from its global sample position.
 // --stop-after K stops after K steps of this run as a signal would (snapshot, exit 75).
-// --hierarchical 1: the gradients go through dist::hierarchical - fp32 through shared memory among
+// --hierarchical 1: the gradients go through compression::hierarchical - fp32 through shared memory among
 // the ranks of a host, --compression only between hosts (benchmarks/allreduce_netns.sh makes hosts).
 // --metrics-port: rank r serves /metrics on port P + r. --tensorboard DIR: rank 0 writes its metrics (loss, learning rate, communication share ...) and the test accuracy
 // per epoch as TensorBoard scalars. The CUDA build (fashion_mnist_ddp.cu -> fashion_mnist_ddp_cuda)
@@ -33,6 +33,7 @@ TRAINKIT_THREAD_DEFAULTS();
 
 namespace tk = trainkit;
 namespace dist = trainkit::dist;
+namespace compression = trainkit::compression;
 
 int main(int argc, char** argv) {
   return example::ddp_main("fashion_mnist_ddp", argc, argv, [&] {
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     dist::mpi comm;
     bool stopped = false;
     if (f.num("hierarchical", 0, 1) != 0) {  // fp32 inside a host, compressed between hosts
-      auto grads = dist::hierarchical<dist::mpi>::by_host(dist::mpi());
+      auto grads = compression::hierarchical<dist::mpi>::by_host(dist::mpi());
       if (comm.rank() == 0)
         std::printf("hierarchical: %d host(s) x %d rank(s)\n", grads.hosts(), grads.ranks_per_host());
       stopped = example::train_ddp_with<tk::cpu, tk::data::pageable_memory>(comm, grads, f);

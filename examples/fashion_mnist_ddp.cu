@@ -16,7 +16,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <trainkit/cuda.hpp>  // everything + the CUDA backend, nccl, data_parallel<..., cuda>
+#include <trainkit/cuda.cuh>  // everything + the CUDA backend, nccl, data_parallel<..., cuda>
 
 #include "common/ddp_train.hpp"  // the training job, on either device
 

@@ -177,7 +177,7 @@ if [[ "${1:-}" == "--pack" ]]; then
     echo "row trainkit $r" >>"$manifest"
     grep -qF "\"$r\"" benchmarks/compare_pytorch_cuda.py && echo "row pytorch $r" >>"$manifest"
   done <<<"$rows"
-  (cd "$repo" && sha256sum include/trainkit/cuda.hpp tests/cuda/*.cu benchmarks/*.cu examples/*.cu) >"$pack/sources.sha256"
+  (cd "$repo" && sha256sum include/trainkit/cuda.cuh tests/cuda/*.cu benchmarks/*.cu examples/*.cu) >"$pack/sources.sha256"
 
   # Fashion-MNIST: all of it where it fits, else the test set and as much of the training set as fits.
   data="${TRAINKIT_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}"

@@ -23,6 +23,7 @@ namespace example {
 
 namespace tk = trainkit;
 namespace dist = trainkit::dist;
+namespace compression = trainkit::compression;
 namespace parallel = trainkit::parallel;
 using tk::index_t;
 
@@ -243,11 +244,11 @@ inline flags ddp_flags(int argc, char** argv) {
 template <class Device, class Memory, class Comm>
 bool train_ddp_with(dist::mpi& comm, Comm& grads, const flags& f) {
   const std::string c = f.str("compression");
-  if (c == "none") return train_ddp<Device, dist::none, Memory>(comm, grads, f);
-  if (c == "fp16") return train_ddp<Device, dist::fp16, Memory>(comm, grads, f);
-  if (c == "bf16") return train_ddp<Device, dist::bf16, Memory>(comm, grads, f);
-  if (c == "int8") return train_ddp<Device, dist::int8, Memory>(comm, grads, f);
-  if (c == "sign_1bit" || c == "1bit") return train_ddp<Device, dist::sign_1bit, Memory>(comm, grads, f);
+  if (c == "none") return train_ddp<Device, compression::none, Memory>(comm, grads, f);
+  if (c == "fp16") return train_ddp<Device, compression::fp16, Memory>(comm, grads, f);
+  if (c == "bf16") return train_ddp<Device, compression::bf16, Memory>(comm, grads, f);
+  if (c == "int8") return train_ddp<Device, compression::int8, Memory>(comm, grads, f);
+  if (c == "sign_1bit" || c == "1bit") return train_ddp<Device, compression::sign_1bit, Memory>(comm, grads, f);
   throw std::invalid_argument("--compression must be none, fp16, bf16, int8 or sign_1bit, got '" + c + "'");
 }
 

@@ -23,7 +23,7 @@
 #endif
 
 // SSE2 (every x86-64 compiler, no -march needed): the 1-bit gradient-compression kernels pack and
-// unpack sign bits with it (dist/detail/compress_kernels.hpp); elsewhere they take portable loops.
+// unpack sign bits with it (compression/detail/kernels.hpp); elsewhere they take portable loops.
 #if defined(__SSE2__)
 #define TRAINKIT_HAS_SSE2 1
 #include <emmintrin.h>  // _mm_cmpge_ps, _mm_movemask_ps, _mm_mul_ps, ...

@@ -1,5 +1,5 @@
 // trainkit/trainkit.hpp - everything that builds with a host compiler. CUDA users also include
-// <trainkit/cuda.hpp> from a .cu file.
+// <trainkit/cuda.cuh> from a .cu file.
 #pragma once
 
 #include "trainkit/config.hpp"
@@ -7,6 +7,7 @@
 #include "trainkit/autograd/autograd.hpp"
 #include "trainkit/data/data.hpp"
 #include "trainkit/dist/dist.hpp"
+#include "trainkit/compression/compression.hpp"
 #include "trainkit/nn/nn.hpp"
 #include "trainkit/optim/optim.hpp"
 #include "trainkit/amp/amp.hpp"

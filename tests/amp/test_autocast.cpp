@@ -41,7 +41,7 @@ class residual_net : public nn::module<float> {
   template <class P>
   fvar by_hand(const fvar& x) {
     auto conv = [](const std::shared_ptr<nn::conv2d<>>& c, const fvar& v) {
-      return amp::conv2d<P>(v, c->weight(), c->bias(), amp::conv_options_of(c->options()));
+      return amp::conv2d<P>(v, c->weight(), c->bias(), c->op_options());
     };
     auto h = autograd::relu(conv(stem_, x));
     h = h + conv(c2_, autograd::relu(conv(c1_, h)));

@@ -257,7 +257,7 @@ TEMPLATE_TEST_CASE("amp::forward runs an nn model under the policy", "[amp]", am
   fvar x(uniform_float({2, 1, 5, 5}, rng));
   auto y = amp::forward<P>(*net, x);
   // The same model spelled out with the amp ops.
-  auto h = amp::conv2d<P>(x, conv->weight(), conv->bias(), amp::conv_options_of(conv->options()));
+  auto h = amp::conv2d<P>(x, conv->weight(), conv->bias(), conv->op_options());
   auto ref = amp::linear<P>(autograd::flatten(autograd::relu(h), 1, -1), fc->weight(), fc->bias());
   REQUIRE(values_equal(y.value(), ref.value()));
   if constexpr (!P::is_mixed) REQUIRE(values_equal(y.value(), net->forward(x).value()));

@@ -1,4 +1,4 @@
-// tests/backend/test_gemm_onednn.cpp - the CPU GEMM through oneDNN (backend/cpu/onednn.hpp) against
+// tests/backend/test_gemm_onednn.cpp - the CPU GEMM through oneDNN (backend/cpu/onednn_gemm.hpp) against
 // OpenBLAS: fp32 on odd shapes, every transpose, padded leading dimensions, alpha/beta; bfloat16 and
 // half against an fp32 GEMM of the same 16-bit inputs, rounded once; the TRAINKIT_CPU_GEMM route.
 // The widening fallback (route openblas, and every build without oneDNN) is checked the same way.
@@ -17,7 +17,7 @@
 #include "trainkit/backend/cpu/blas.hpp"
 #include "trainkit/backend/cpu/convert16.hpp"
 #include "trainkit/backend/cpu/cpu_features.hpp"
-#include "trainkit/backend/cpu/onednn.hpp"
+#include "trainkit/backend/cpu/onednn_gemm.hpp"
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/half.hpp"
 #include "support/cpu.hpp"
@@ -309,11 +309,11 @@ TEST_CASE("K = 0 falls back to OpenBLAS: C = beta C", "[gemm][onednn]") {
 }
 
 TEST_CASE("the oneDNN primitive cache stays bounded", "[gemm][onednn]") {
-  auto& ctx = backend::detail::onednn_context::get();
+  auto& ctx = backend::detail::onednn_gemm_cache::get();
   std::vector<float> a(1200), b(1), c(1200);
   for (index_t m = 1; m <= 1100; ++m)
     REQUIRE(backend::onednn_gemm<float>(false, false, m, 1, 1, 1.0, a.data(), 1, b.data(), 1, 0.0, c.data(), 1));
-  CHECK(ctx.size() <= backend::detail::onednn_context::max_entries);
+  CHECK(ctx.size() <= backend::detail::onednn_gemm_cache::max_entries);
   CHECK(ctx.size() > 0);
 }
 

@@ -1,4 +1,4 @@
-// tests/backend/test_onednn_ops.cpp - the CPU's oneDNN CNN kernels (backend/cpu/onednn_conv.hpp):
+// tests/backend/test_onednn_ops.cpp - the CPU's oneDNN CNN kernels (backend/cpu/onednn_conv.hpp, onednn_pool.hpp, onednn_batch_norm.hpp):
 // conv2d passes, pooling and batch norm against the built-in kernels (TRAINKIT_CPU_CONV=im2col)
 // in fp32, conv2d gradients against finite differences through the autograd op, and bfloat16
 // against fp32 within bfloat16's precision.

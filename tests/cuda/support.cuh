@@ -19,7 +19,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "trainkit/cuda.hpp"
+#include "trainkit/cuda.cuh"
 
 namespace cuda_test {
 

@@ -23,6 +23,7 @@
 
 namespace tk = trainkit;
 namespace dist = tk::dist;
+namespace compression = tk::compression;
 namespace parallel = tk::parallel;
 using tk::cpu;
 using tk::cuda;
@@ -104,12 +105,12 @@ void compare_allreduce(int world, index_t n) {
     for (auto& x : v) x = nd(rng) * (rng() % 7 == 0 ? 100.0f : 1.0f);
   }
   std::vector<std::vector<float>> host(world), device(world);
-  std::vector<dist::compression_state> host_state(world), device_state(world);
+  std::vector<compression::compression_state> host_state(world), device_state(world);
   dist::thread_group::run(world, [&](dist::thread_group& tg) {
     const auto r = static_cast<std::size_t>(tg.rank());
     C c;
     std::vector<float> x = in[r];
-    for (int k = 0; k < 2; ++k) dist::compressed_allreduce(tg, c, x.data(), n, 0, dist::reduce_op::avg);
+    for (int k = 0; k < 2; ++k) compression::compressed_allreduce(tg, c, x.data(), n, 0, dist::reduce_op::avg);
     host[r] = x;
     host_state[r] = c.state();
   });
@@ -120,11 +121,11 @@ void compare_allreduce(int world, index_t n) {
     tk::gpu::stream_guard sg(s.get());
     staged_group comm(tg);
     C c;
-    auto fb = std::make_shared<dist::device_feedback>();
+    auto fb = std::make_shared<compression::device_feedback>();
     c.feedback().attach(fb);
-    dist::device_compress_workspace ws;
+    compression::device_compress_workspace ws;
     auto x = tk::tensor<float>::from_vector(in[r], {n}).template to<cuda>();
-    for (int k = 0; k < 2; ++k) dist::compressed_allreduce_device(comm, c, *fb, x.data(), n, 0, dist::reduce_op::avg, ws);
+    for (int k = 0; k < 2; ++k) compression::compressed_allreduce_device(comm, c, *fb, x.data(), n, 0, dist::reduce_op::avg, ws);
     device[r] = x.template to<cpu>().to_vector();
     device_state[r] = c.state();
   });
@@ -151,10 +152,10 @@ void compare_allreduce(int world, index_t n) {
 TEST_CASE("the device quantized allreduce sends and returns the host's bytes", "[cuda][ddp][compression]") {
   for (int world : {2, 3}) {
     for (index_t n : {index_t(1), index_t(1000), index_t(70000)}) {
-      compare_allreduce<dist::fp16>(world, n);
-      compare_allreduce<dist::bf16>(world, n);
-      compare_allreduce<dist::int8>(world, n);
-      compare_allreduce<dist::sign_1bit>(world, n);
+      compare_allreduce<compression::fp16>(world, n);
+      compare_allreduce<compression::bf16>(world, n);
+      compare_allreduce<compression::int8>(world, n);
+      compare_allreduce<compression::sign_1bit>(world, n);
     }
   }
 }
@@ -163,13 +164,13 @@ TEST_CASE("data_parallel<cuda>: int8 residuals live on the device and round-trip
   dist::thread_group::run(2, [&](dist::thread_group& tg) {
     tk::gpu::set_device(0);
     staged_group comm(tg);
-    generic_shard<cuda, dist::int8>(comm, 2, 3);
+    generic_shard<cuda, compression::int8>(comm, 2, 3);
   });
   // Resumed policies: load_state before data_parallel moves them to the device and back.
-  dist::int8 c;
-  dist::compression_state s{{"worker.0", tk::tensor<float>::from_vector({1, 2, 3}, {3})}};
+  compression::int8 c;
+  compression::compression_state s{{"worker.0", tk::tensor<float>::from_vector({1, 2, 3}, {3})}};
   c.load_state(s);
-  auto fb = std::make_shared<dist::device_feedback>();
+  auto fb = std::make_shared<compression::device_feedback>();
   c.feedback().attach(fb);
   c.load_state(s);
   const auto back = c.state();
@@ -213,14 +214,14 @@ TEST_CASE("data_parallel<cuda>: teardown in either order", "[cuda][ddp][teardown
     dist::thread_group::run(2, [&](dist::thread_group& tg) {
       tk::gpu::set_device(0);
       staged_group comm(tg);
-      steps_then_teardown<dist::none>(comm, ddp_first);
-      steps_then_teardown<dist::int8>(comm, ddp_first);
+      steps_then_teardown<compression::none>(comm, ddp_first);
+      steps_then_teardown<compression::int8>(comm, ddp_first);
     });
 #if TRAINKIT_HAS_NCCL
     dist::thread_group::run(1, [&](dist::thread_group& boot) {
       dist::nccl comm(boot, 0);
-      steps_then_teardown<dist::none>(comm, ddp_first);
-      steps_then_teardown<dist::int8>(comm, ddp_first);
+      steps_then_teardown<compression::none>(comm, ddp_first);
+      steps_then_teardown<compression::int8>(comm, ddp_first);
     });
 #endif
   }
@@ -475,11 +476,11 @@ TEST_CASE("data_parallel<cuda>: a late device collective (own stream, gated) kee
   std::vector<char> gated_none(2, 0), gated_int8(2, 0);
   dist::thread_group::run(2, [&](dist::thread_group& tg) {
     const auto r = static_cast<std::size_t>(tg.rank());
-    gated_none[r] = late_shard<dist::none>(tg, gate, dgate, steps, open_steps, b, none[r]);
-    gated_int8[r] = late_shard<dist::int8>(tg, gate, dgate, steps, open_steps, b, int8[r]);
+    gated_none[r] = late_shard<compression::none>(tg, gate, dgate, steps, open_steps, b, none[r]);
+    gated_int8[r] = late_shard<compression::int8>(tg, gate, dgate, steps, open_steps, b, int8[r]);
     tk::gpu::set_device(0);
     staged_group comm(tg);
-    int8_staged[r] = generic_shard<cuda, dist::int8>(comm, steps, b, {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40}).params;
+    int8_staged[r] = generic_shard<cuda, compression::int8>(comm, steps, b, {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40}).params;
   });
   finished = true;
   watchdog.join();

@@ -416,25 +416,25 @@ TEST_CASE("compression codecs encode the host's bytes on device buffers", "[cuda
     std::vector<std::uint8_t> wh(bytes);
     C::encode(x.data(), n, wh.data());
     auto wd = tk::tensor<std::uint8_t, cuda>::empty({index_t(bytes)});
-    tk::gpu::compress_encode<C>(xd.data(), n, wd.data());
+    tk::compression::gpu::compress_encode<C>(xd.data(), n, wd.data());
     REQUIRE(wd.to_vector() == wh);
     auto yh = tk::tensor<float>::empty({n});
     C::decode(wh.data(), n, yh.data());
     auto yd = tk::tensor<float, cuda>::empty({n});
-    tk::gpu::compress_decode<C>(wd.data(), n, yd.data());
+    tk::compression::gpu::compress_decode<C>(wd.data(), n, yd.data());
     REQUIRE(cuda_test::identical(yd, yh));
   };
-  run(tk::dist::none{});
-  run(tk::dist::fp16{});
-  run(tk::dist::bf16{});
-  run(tk::dist::int8{});
-  run(tk::dist::int8_block<64>{});
-  run(tk::dist::sign_1bit{});
+  run(tk::compression::none{});
+  run(tk::compression::fp16{});
+  run(tk::compression::bf16{});
+  run(tk::compression::int8{});
+  run(tk::compression::int8_block<64>{});
+  run(tk::compression::sign_1bit{});
 }
 
 TEST_CASE("amp ops run natively in half and bfloat16 on cuda and match the host", "[cuda][amp]") {
   std::mt19937 rng(13);
-  static_assert(tk::amp::detail::native_gemm<cuda, tk::bfloat16> && !tk::amp::detail::native_gemm<cpu, tk::bfloat16>);
+  static_assert(tk::backend::native_gemm<cuda, tk::bfloat16> && !tk::backend::native_gemm<cpu, tk::bfloat16>);
   const auto x = random<float>({8, 32}, rng), w = random<float>({16, 32}, rng), b = random<float>({16}, rng);
   check_op<float>([](const auto& v) { return tk::amp::linear<tk::amp::mixed_bf16>(v[0], v[1], v[2]); }, {x, w, b}, 2e-2,
                   2e-2);

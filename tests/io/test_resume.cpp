@@ -190,7 +190,7 @@ outcome ddp_job(const fs::path& dir, bool resume, const hooks& h = {}) {
     optim::cyclic_lr sched({.base_lr = 0.01, .max_lr = 0.1, .step_size_up = 5});
     data::batch_iterator<float> batches(d.x, d.y, batch, true, derive_seed(seed, "data"));
     // Small buckets: several residual buffers per rank.
-    parallel::data_parallel<dist::thread_group, dist::int8> ddp(
+    parallel::data_parallel<dist::thread_group, compression::int8> ddp(
         comm, *net, {.bucket_cap_bytes = 512, .first_bucket_cap_bytes = 256});
     auto o = run_options(dir, resume, rank);
     o.handle_signals = false;

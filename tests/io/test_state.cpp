@@ -14,7 +14,7 @@
 #include "io/io_test_util.hpp"
 #include "trainkit/amp/loss_scaler.hpp"
 #include "trainkit/core/seed.hpp"
-#include "trainkit/dist/compression.hpp"
+#include "trainkit/compression/codecs.hpp"
 #include "trainkit/io/io.hpp"
 #include "trainkit/trainkit.hpp"
 
@@ -218,7 +218,7 @@ TEST_CASE("value states: generators, batch iterators, scalers, plain structs", "
 }
 
 TEST_CASE("compression residuals round trip", "[io][state]") {
-  dist::int8 comp;
+  compression::int8 comp;
   float* w = comp.feedback().worker(0, 256);
   for (int i = 0; i < 256; ++i) w[i] = 0.001f * static_cast<float>(i);
   float* s = comp.feedback().server(1, 128);
@@ -226,7 +226,7 @@ TEST_CASE("compression residuals round trip", "[io][state]") {
   io::snapshot snap;
   io::save_state(snap, "compression", comp);
   REQUIRE(snap.section("compression").names() == std::vector<std::string>{"worker.0", "server.1"});
-  dist::int8 comp2;
+  compression::int8 comp2;
   io::load_state(io::snapshot::from_bytes(snap.to_bytes()), "compression", comp2);
   REQUIRE(comp2.state().size() == 2);
   REQUIRE(comp2.feedback().worker(0, 256)[255] == w[255]);

@@ -19,8 +19,6 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]trainkit/([^>"]+)[>"]')
 ROW = re.compile(r"^\|\s*`([^`]+)`\s*\|(.*)\|\s*$")
-# Umbrellas for CUDA users are CUDA code themselves (they #error without nvcc).
-CUDA_UMBRELLAS = {"cuda.hpp"}
 
 
 def unit_of(rel: str) -> str:
@@ -75,7 +73,7 @@ def main() -> int:
             if dest != unit and dest not in table[unit]:
                 problems.append(f"{rel}:{n}: includes trainkit/{target}, but {unit} may include only "
                                 f"{', '.join(sorted(table[unit])) or 'nothing'} (besides itself)")
-            if h.suffix == ".hpp" and target.endswith(".cuh") and rel not in CUDA_UMBRELLAS:
+            if h.suffix == ".hpp" and target.endswith(".cuh"):
                 problems.append(f"{rel}:{n}: a host header includes CUDA code trainkit/{target}")
 
     for p in problems:

@@ -17,7 +17,7 @@
 #include "parallel/dp_checks.hpp"
 #include "parallel/resize_checks.hpp"
 #include "trainkit/dist/check_consistent.hpp"
-#include "trainkit/dist/hierarchical.hpp"
+#include "trainkit/compression/hierarchical.hpp"
 #include "trainkit/dist/mpi.hpp"
 #include "trainkit/parallel/data_parallel.hpp"
 

@@ -71,10 +71,10 @@ TEST_CASE("mpi data_parallel: N processes on shards = one process on the whole b
 }
 
 TEST_CASE("mpi data_parallel: compressed training keeps the processes identical", "[dist][mpi][ddp]") {
-  const auto fp32 = train_shard<dist::none>(mpi_world(), 20, 1, 8);
-  const auto i8 = train_shard<dist::int8>(mpi_world(), 20, 1, 8);
-  const auto s1 = train_shard<dist::sign_1bit>(mpi_world(), 20, 1, 8);
-  const auto h16 = train_shard<dist::fp16>(mpi_world(), 20, 1, 8);
+  const auto fp32 = train_shard<compression::none>(mpi_world(), 20, 1, 8);
+  const auto i8 = train_shard<compression::int8>(mpi_world(), 20, 1, 8);
+  const auto s1 = train_shard<compression::sign_1bit>(mpi_world(), 20, 1, 8);
+  const auto h16 = train_shard<compression::fp16>(mpi_world(), 20, 1, 8);
   CHECK(same_on_every_rank(fingerprint(i8.params), "int8 parameters") == "");
   CHECK(same_on_every_rank(fingerprint(s1.params), "1-bit parameters") == "");
   CHECK(same_on_every_rank(fingerprint(h16.params), "fp16 parameters") == "");
@@ -87,13 +87,13 @@ TEST_CASE("mpi data_parallel: compressed training keeps the processes identical"
 TEST_CASE("mpi compressed_allreduce: bytes on the wire", "[dist][mpi][ddp]") {
   const index_t n = (index_t(1) << 20) + 3;
   std::vector<float> x(static_cast<std::size_t>(n), 1.0f + static_cast<float>(mpi_world().rank()));
-  dist::none a;
-  dist::int8 b;
-  dist::sign_1bit c;
-  dist::compress_workspace ws;
-  dist::compressed_allreduce(mpi_world(), a, x.data(), n, 0, dist::reduce_op::avg, &ws);
-  dist::compressed_allreduce(mpi_world(), b, x.data(), n, 0, dist::reduce_op::avg, &ws);
-  dist::compressed_allreduce(mpi_world(), c, x.data(), n, 0, dist::reduce_op::avg, &ws);
+  compression::none a;
+  compression::int8 b;
+  compression::sign_1bit c;
+  compression::compress_workspace ws;
+  compression::compressed_allreduce(mpi_world(), a, x.data(), n, 0, dist::reduce_op::avg, &ws);
+  compression::compressed_allreduce(mpi_world(), b, x.data(), n, 0, dist::reduce_op::avg, &ws);
+  compression::compressed_allreduce(mpi_world(), c, x.data(), n, 0, dist::reduce_op::avg, &ws);
   const double mean_rank = static_cast<double>(mpi_world().size() + 1) / 2.0;
   CHECK(x[0] == Approx(mean_rank).epsilon(0.02));
   CHECK(static_cast<double>(b.bytes_sent()) <= 0.27 * static_cast<double>(a.bytes_sent()));

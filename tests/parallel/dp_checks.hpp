@@ -28,6 +28,7 @@ using tensor = trainkit::tensor<float>;
 using var = trainkit::autograd::var<float>;
 namespace nn = trainkit::nn;
 namespace dist = trainkit::dist;
+namespace compression = trainkit::compression;
 namespace parallel = trainkit::parallel;
 
 inline constexpr index_t in_features = 6, out_features = 3;
@@ -82,7 +83,7 @@ struct shard_result {
 /// This rank's part of the same training: rank r starts from another initialisation (the broadcast
 /// must fix that) and trains on its shard - micro-batch k of step s is rows [(k * world + r) * b, +b)
 /// of the batch - with micro - 1 backward passes inside no_sync() and the last one synced.
-template <class Compression = dist::none, class Comm>
+template <class Compression = compression::none, class Comm>
 shard_result train_shard(Comm& comm, int steps, int micro, index_t b, parallel::data_parallel_options opts = {}) {
   const int world = comm.size(), r = comm.rank();
   auto m = make_mlp(r == 0 ? 7 : 50 + static_cast<std::uint64_t>(r));

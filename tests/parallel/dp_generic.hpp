@@ -41,7 +41,7 @@ struct generic_result {
 };
 
 /// `steps` SGD steps of rank comm.rank() on rows [r * b, + b) of each step's batch (world * b rows).
-template <class Device, class Compression = dist::none, class Comm>
+template <class Device, class Compression = compression::none, class Comm>
 generic_result generic_shard(Comm& comm, int steps, index_t b, parallel::data_parallel_options opts = {}) {
   using dvar = trainkit::autograd::var<float, Device>;
   const int world = comm.size(), r = comm.rank();

@@ -20,7 +20,7 @@
 #include "trainkit/autograd/ops/loss.hpp"
 #include "trainkit/data/loader.hpp"
 #include "trainkit/dist/check_consistent.hpp"  // hash_bytes
-#include "trainkit/dist/compression.hpp"
+#include "trainkit/compression/codecs.hpp"
 #include "trainkit/io/distributed.hpp"
 #include "trainkit/io/resumable_run.hpp"
 #include "trainkit/parallel/data_parallel.hpp"
@@ -36,7 +36,7 @@ namespace dist = trainkit::dist;  // not trainkit_test::dist (collective_checks.
 
 inline constexpr index_t samples = 150;  // per epoch, over all ranks
 inline constexpr index_t per_rank_batch = 3;
-using compression = dist::int8_block<16>;  // small blocks: several per chunk even at 4 ranks
+using codec = compression::int8_block<16>;  // small blocks: several per chunk even at 4 ranks
 
 /// The data set: random inputs, the sample's index as its label (the loss does not use it).
 inline data::tensor_dataset dataset() {
@@ -63,7 +63,7 @@ struct phase_report {
 };
 
 template <class Comm>
-void residual_report(Comm& comm, const compression& c, const dist::bucket_plan& plan, phase_report& out) {
+void residual_report(Comm& comm, const codec& c, const dist::bucket_plan& plan, phase_report& out) {
   const int world = comm.size(), r = comm.rank();
   index_t total = 0;
   std::vector<index_t> base;
@@ -81,7 +81,7 @@ void residual_report(Comm& comm, const compression& c, const dist::bucket_plan& 
     if (worker) {
       for (index_t e = 0; e < n; ++e) out.worker_sum[static_cast<std::size_t>(lo + e)] = v[static_cast<std::size_t>(e)];
     } else {
-      const index_t chunk = dist::detail::compress_chunk(n, world, compression::block);
+      const index_t chunk = compression::detail::compress_chunk(n, world, codec::block);
       for (index_t e = 0; e < chunk && r * chunk + e < n; ++e)
         out.server[static_cast<std::size_t>(lo + r * chunk + e)] = v[static_cast<std::size_t>(e)];
     }
@@ -104,7 +104,7 @@ phase_report resize_phase(Comm& comm, const std::string& dir, int steps, bool re
   const int world = comm.size(), r = comm.rank();
   phase_report out;
   auto m = make_mlp(7);
-  parallel::data_parallel<Comm, compression> ddp(comm, *m,
+  parallel::data_parallel<Comm, codec> ddp(comm, *m,
                                                  {.bucket_cap_bytes = 200, .first_bucket_cap_bytes = 40});
   trainkit::optim::sgd<> opt(m->parameters(), {.lr = lr, .momentum = momentum});
   data::distributed_sampler sampler(samples, {.num_replicas = world, .rank = r, .seed = 5, .drop_last = true});

@@ -145,7 +145,7 @@ TEST_CASE("data_parallel: different models on the ranks are a clear error on eve
     auto m = make_mlp(1);
     try {
       if (comm.rank() == 0) {
-        parallel::data_parallel<dist::thread_group, dist::int8> ddp(comm, *m);
+        parallel::data_parallel<dist::thread_group, compression::int8> ddp(comm, *m);
       } else {
         parallel::data_parallel<dist::thread_group> ddp(comm, *m);
       }
@@ -268,10 +268,10 @@ TEST_CASE("data_parallel: compressed training keeps the ranks identical and clos
     CHECK((state[0] > 0) == C::lossy);  // every rank applied the same (dequantized) gradients
     return std::pair{out[0], bytes[0]};
   };
-  const auto [fp32, fp32_bytes] = run(dist::none{});
-  const auto [i8, i8_bytes] = run(dist::int8{});
-  const auto [s1, s1_bytes] = run(dist::sign_1bit{});
-  const auto [h16, h16_bytes] = run(dist::bf16{});
+  const auto [fp32, fp32_bytes] = run(compression::none{});
+  const auto [i8, i8_bytes] = run(compression::int8{});
+  const auto [s1, s1_bytes] = run(compression::sign_1bit{});
+  const auto [h16, h16_bytes] = run(compression::bf16{});
   CHECK(i8_bytes < fp32_bytes / 2);
   CHECK(s1_bytes < i8_bytes);
   CHECK(h16_bytes < fp32_bytes);
@@ -288,7 +288,7 @@ TEST_CASE("data_parallel: double parameters (lossless)", "[dist][ddp]") {
   std::vector<std::vector<double>> grads(3);
   dist::thread_group::run(3, [&](dist::thread_group& comm) {
     dvar w(dtensor::zeros({4}), true);
-    parallel::data_parallel<dist::thread_group, dist::none, double> ddp(comm, {{"w", w}}, {});
+    parallel::data_parallel<dist::thread_group, compression::none, double> ddp(comm, {{"w", w}}, {});
     trainkit::autograd::sum(w * dvar(dtensor::full({4}, comm.rank() + 1.0))).backward();
     ddp.finish();
     grads[static_cast<std::size_t>(comm.rank())] = w.grad().to_vector();

@@ -56,18 +56,18 @@ TEST_CASE("resume on another world size: thread_group 2 -> 1, 2 -> 3, 4 -> 2", "
 }
 
 TEST_CASE("reshard_feedback: sums preserved, chunks moved, bad layouts named", "[dist][resize]") {
-  using C = dist::int8_block<16>;
+  using C = compression::int8_block<16>;
   // Two old ranks of a 40-element bucket: chunks of 32 (a multiple of 16), rank 1's valid part 8.
   auto vec = [](int n, float base) {
     std::vector<float> v(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = base + 0.25f * static_cast<float>(i);
     return trainkit::tensor<float>::from_vector(v, {n});
   };
-  std::vector<dist::compression_state> old(2);
+  std::vector<compression::compression_state> old(2);
   old[0] = {{"worker.0", vec(40, 1)}, {"server.0", vec(32, 100)}};
   old[1] = {{"worker.0", vec(40, -3)}, {"server.0", vec(32, 200)}};
   // 2 -> 3: ranks 0 and 1 keep theirs, rank 2 starts at zero; the chunks become 16, 16, 16.
-  const auto r0 = dist::reshard_feedback<C>(old, 0, 3), r2 = dist::reshard_feedback<C>(old, 2, 3);
+  const auto r0 = compression::reshard_feedback<C>(old, 0, 3), r2 = compression::reshard_feedback<C>(old, 2, 3);
   REQUIRE(r0.size() == 2);
   CHECK(r0[0].second.to_vector() == old[0][0].second.to_vector());
   CHECK(r0[1].second.numel() == 16);
@@ -79,12 +79,12 @@ TEST_CASE("reshard_feedback: sums preserved, chunks moved, bad layouts named", "
   CHECK(s2[7] == 200 + 0.25f * 7);
   CHECK(s2[8] == 0.0f);  // padding
   // 2 -> 1: one rank owes what both did.
-  const auto one = dist::reshard_feedback<C>(old, 0, 1);
+  const auto one = compression::reshard_feedback<C>(old, 0, 1);
   CHECK(one[0].second.to_vector()[3] == (1 + 0.75f) + (-3 + 0.75f));
   CHECK(one[1].second.numel() == 48);
   // A server residual of the wrong length names the rank and key.
   old[1][1].second = vec(31, 0);
-  CHECK_THROWS_WITH(dist::reshard_feedback<C>(old, 0, 1),
+  CHECK_THROWS_WITH(compression::reshard_feedback<C>(old, 0, 1),
                     Catch::Contains("old rank 1's 'server.0' has 31 elements") && Catch::Contains("has 32"));
 }
 

@@ -216,11 +216,11 @@ TEST_CASE("train_step over data_parallel keeps the ranks identical", "[train][di
                                    std::make_shared<nn::relu<float>>(),
                                    std::make_shared<nn::linear<float>>(16, 4, true, init));
     optim::sgd<float> opt(net->parameters(), {.lr = 0.1, .momentum = 0.9});
-    parallel::data_parallel<dist::thread_group, dist::int8> ddp(comm, *net);
+    parallel::data_parallel<dist::thread_group, compression::int8> ddp(comm, *net);
     monitor::registry reg;
     monitor::training_metrics metrics(reg, {.gpu = false});
     train::train_step<net_t, optim::sgd<float>, amp::fp32, amp::dynamic_scaling, checkpoint::store_all,
-                      parallel::data_parallel<dist::thread_group, dist::int8>>
+                      parallel::data_parallel<dist::thread_group, compression::int8>>
         step(*net, opt, ddp, {.max_grad_norm = 5.0, .metrics = &metrics});
     for (int i = 0; i < 4; ++i) {
       // Rank r trains on its half of the batch.

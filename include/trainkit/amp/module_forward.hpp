@@ -10,20 +10,9 @@
 #include "trainkit/amp/autocast.hpp"
 #include "trainkit/amp/concepts.hpp"
 #include "trainkit/autograd/var.hpp"
-#include "trainkit/nn/conv2d.hpp"
 #include "trainkit/nn/module.hpp"
 
 namespace trainkit::amp {
-
-/// The forward options of an nn::conv2d layer as the op takes them.
-inline autograd::conv2d_options conv_options_of(const nn::conv2d_options& o) {
-  autograd::conv2d_options co;
-  co.stride = o.stride;
-  co.padding = o.padding;
-  co.dilation = o.dilation;
-  co.groups = o.groups;
-  return co;
-}
 
 /// m(x) under policy P: m.forward(x) inside an amp::autocast<P, T, D> scope. With fp32 it is
 /// exactly m.forward(x).

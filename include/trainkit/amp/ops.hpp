@@ -13,7 +13,7 @@
 // With the fp32 policy every function is the plain op of autograd/.
 //
 // Where the GEMM runs: on a device whose GEMM takes C operands natively (cuBLASLt; see
-// detail::native_gemm) the saved C tensors go straight in. Elsewhere - the CPU, since Debian's
+// backend::native_gemm) the saved C tensors go straight in. Elsewhere - the CPU, since Debian's
 // OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it - the operands are widened to
 // fp32 once per op and multiplied by sgemm: the products of two C values are exact in fp32 (8 or
 // 11 significant bits each), so this is bit for bit a C GEMM with fp32 accumulation.
@@ -32,7 +32,8 @@
 #include "trainkit/autograd/ops/linear.hpp"
 #include "trainkit/autograd/saved.hpp"  // precision_of
 #include "trainkit/backend/im2col.hpp"  // backend::convolution, conv2d_geometry
-#include "trainkit/backend/cpu/onednn.hpp"  // TRAINKIT_HAS_ONEDNN
+#include "trainkit/backend/blas.hpp"        // native_gemm
+#include "trainkit/backend/cpu/blas.hpp"    // native_gemm<cpu, bfloat16> with oneDNN
 #include "trainkit/config.hpp"
 #include "trainkit/ops/elementwise.hpp"
 #include "trainkit/ops/linalg.hpp"
@@ -42,16 +43,7 @@ namespace trainkit::amp {
 
 namespace detail {
 
-/// True when Device's GEMM multiplies Compute operands itself with fp32 accumulation (the CUDA
-/// backend specialises it for half and bfloat16). False: operands are widened to fp32 first.
-template <class Device, class Compute>
-inline constexpr bool native_gemm = false;
-#if TRAINKIT_HAS_ONEDNN
-/// With oneDNN the CPU multiplies bfloat16 itself (blas<cpu> and convolution<cpu> take it to
-/// oneDNN's AVX512-BF16 kernels): the saved bf16 tensors go straight in.
-template <>
-inline constexpr bool native_gemm<cpu, bfloat16> = true;
-#endif
+using backend::native_gemm;  // backend/blas.hpp and the device backends' specialisations
 
 /// The element type the GEMMs of a mixed op run on for Device.
 template <class Device, class Compute>

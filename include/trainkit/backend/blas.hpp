@@ -17,4 +17,11 @@ struct blas {
                 "trainkit::backend::blas has no model for this device: include its backend header");
 };
 
+/// True when Device's GEMMs and convolutions multiply T operands themselves with fp32 accumulation
+/// (the mixed-precision ops then hand them T tensors); false: T operands are widened to fp32 first.
+/// Each backend specialises it where it has such kernels (cpu with oneDNN: bfloat16; cuda: half and
+/// bfloat16).
+template <class Device, class T>
+inline constexpr bool native_gemm = false;
+
 }  // namespace trainkit::backend

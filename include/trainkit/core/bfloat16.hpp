@@ -5,7 +5,7 @@
 #include <type_traits>  // std::is_integral_v
 
 #include "trainkit/config.hpp"         // TRAINKIT_HD
-#include "trainkit/core/float16.hpp"  // bit_cast, round_to_narrow, isnan & co., <<, numeric_limits
+#include "trainkit/core/narrow_float.hpp"  // bit_cast, round_to_narrow, isnan & co., <<, numeric_limits
 
 namespace trainkit {
 
@@ -35,7 +35,7 @@ struct bfloat16 {
     return detail::bit_cast<float>(static_cast<std::uint32_t>(bits_) << 16);
   }
 
-  // Arithmetic (in float, rounded back) and comparison (as floats): core/float16.hpp.
+  // Arithmetic (in float, rounded back) and comparison (as floats): core/narrow_float.hpp.
 
  private:
   // The usual add-and-truncate: adding 0x7fff plus the lowest kept bit rounds to nearest even,
@@ -57,7 +57,7 @@ static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 /// bfloat16's layout and limits. Not IEC 559, as PyTorch and JAX say: it follows IEEE
 /// semantics but is not one of the formats IEEE 754 defines.
 template <>
-inline constexpr detail::float16_layout detail::float16_format<bfloat16> = {
+inline constexpr detail::float16_layout detail::narrow_float_format<bfloat16> = {
     .exponent_mask = 0x7f80, .is_iec559 = false, .digits = 8, .digits10 = 2, .max_digits10 = 4,
     .min_exponent = -125, .min_exponent10 = -37, .max_exponent = 128, .max_exponent10 = 38, .min = 0x0080,
     .lowest = 0xff7f, .max = 0x7f7f, .epsilon = 0x3c00, .round_error = 0x3f00, .quiet_nan = 0x7fc0,

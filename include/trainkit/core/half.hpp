@@ -5,7 +5,7 @@
 #include <type_traits>  // std::is_integral_v: one constructor for every integer type
 
 #include "trainkit/config.hpp"         // TRAINKIT_HD
-#include "trainkit/core/float16.hpp"  // bit_cast, round_to_narrow, isnan & co., <<, numeric_limits
+#include "trainkit/core/narrow_float.hpp"  // bit_cast, round_to_narrow, isnan & co., <<, numeric_limits
 
 namespace trainkit {
 
@@ -49,7 +49,7 @@ struct half {
     return detail::bit_cast<float>(sign | (e << 23) | ((mant & 0x3ffu) << 13));
   }
 
-  // Arithmetic (in float, rounded back) and comparison (as floats): core/float16.hpp.
+  // Arithmetic (in float, rounded back) and comparison (as floats): core/narrow_float.hpp.
 
  private:
   std::uint16_t bits_;
@@ -59,7 +59,7 @@ static_assert(sizeof(half) == 2 && std::is_trivially_copyable_v<half>);
 
 /// binary16's layout and limits, as IEEE 754 defines them.
 template <>
-inline constexpr detail::float16_layout detail::float16_format<half> = {
+inline constexpr detail::float16_layout detail::narrow_float_format<half> = {
     .exponent_mask = 0x7c00, .is_iec559 = true, .digits = 11, .digits10 = 3, .max_digits10 = 5,
     .min_exponent = -13, .min_exponent10 = -4, .max_exponent = 16, .max_exponent10 = 4, .min = 0x0400,
     .lowest = 0xfbff, .max = 0x7bff, .epsilon = 0x1400, .round_error = 0x3800, .quiet_nan = 0x7e00,

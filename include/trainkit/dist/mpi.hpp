@@ -594,7 +594,7 @@ class mpi {
   [[nodiscard]] mpi split(int color, int key) const { return split_with([&](MPI_Comm& out) {
       return MPI_Comm_split(state_->comm, color, key, &out); }, "MPI_Comm_split"); }
   /// Collective: the ranks that share memory with this one - its host (MPI_Comm_split_type with
-  /// MPI_COMM_TYPE_SHARED), in this communicator's order. dist::hierarchical builds on it.
+  /// MPI_COMM_TYPE_SHARED), in this communicator's order. compression::hierarchical builds on it.
   [[nodiscard]] mpi split_shared() const { return split_with([&](MPI_Comm& out) {
       return MPI_Comm_split_type(state_->comm, MPI_COMM_TYPE_SHARED, state_->rank, MPI_INFO_NULL, &out); },
       "MPI_Comm_split_type"); }

@@ -20,7 +20,7 @@ namespace detail {
 
 template <class X>
 struct is_named_tensor_list : std::false_type {};
-/// std::vector<std::pair<std::string, tensor<T, D>>>: nn::state_dict, dist::compression_state.
+/// std::vector<std::pair<std::string, tensor<T, D>>>: nn::state_dict, compression::compression_state.
 template <class T, class D>
 struct is_named_tensor_list<std::vector<std::pair<std::string, tensor<T, D>>>> : std::true_type {
   using value_type = T;
@@ -100,7 +100,7 @@ concept has_value_state = requires(const X& cx, X& x) {
 
 /// A per-rank component with named tensor state that can be redistributed over another number of
 /// ranks: reshard_state(x, old_states, rank, world), found by argument-dependent lookup, loads
-/// rank `rank` of `world` from every old rank's state() (dist::reshard_state for the gradient
+/// rank `rank` of `world` from every old rank's state() (compression::reshard_state for the gradient
 /// compressions: error-feedback residuals). training_state uses it on a resume on another world size.
 template <class C>
 concept reshardable = has_named_tensor_state<C> &&

@@ -186,7 +186,7 @@ class training_state {
   /// Resume on another world size: with world > 0 and a snapshot written by another number of
   /// ranks N (snapshot_world_size), the shared components load as they are and each per-rank one
   /// is redistributed - a component with a reshard_state() customization (error-feedback
-  /// residuals: dist::reshard_state) gets every old rank's state; any other one loads old rank
+  /// residuals: compression::reshard_state) gets every old rank's state; any other one loads old rank
   /// `rank`'s section where there is one (rank < N) and keeps its current state otherwise (a new
   /// rank's own generator). Returns N (or world when nothing was redistributed).
   int restore(const snapshot& snap, int rank = 0, int world = 0) {

@@ -75,12 +75,7 @@ class conv2d : public module<T, Device> {
     TRAINKIT_CHECK((x.dim() == 4 || x.dim() == 3) && x.size(-3) == in_, shape_error, "conv2d",
                    "expected an input [N, " << in_ << ", H, W] or [" << in_ << ", H, W], got sizes "
                                             << to_string(x.sizes()));
-    autograd::conv2d_options co;
-    co.stride = o_.stride;
-    co.padding = o_.padding;
-    co.dilation = o_.dilation;
-    co.groups = o_.groups;
-    return autograd::conv2d(x, *weight_, bias_ ? *bias_ : var_type(), co);
+    return autograd::conv2d(x, *weight_, bias_ ? *bias_ : var_type(), op_options());
   }
 
   var_type weight() const { return *weight_; }
@@ -90,6 +85,16 @@ class conv2d : public module<T, Device> {
   index_t out_channels() const noexcept { return out_; }
   std::array<index_t, 2> kernel_size() const noexcept { return kernel_; }
   const conv2d_options& options() const noexcept { return o_; }
+  /// The options as autograd::conv2d takes them (what forward passes; for calling the op, or a
+  /// mixed-precision amp::conv2d, on this layer's weights).
+  autograd::conv2d_options op_options() const {
+    autograd::conv2d_options co;
+    co.stride = o_.stride;
+    co.padding = o_.padding;
+    co.dilation = o_.dilation;
+    co.groups = o_.groups;
+    return co;
+  }
 
  private:
   index_t in_, out_;

@@ -5,7 +5,7 @@
 // gradient was written, and is reduced on the data_parallel's own side stream, which waits on that
 // event - backward goes on meanwhile. Two ways, by the communicator:
 //   - device buffers (nccl): backward's thread enqueues the bucket's allreduce (compressed ones on
-//     the device: dist/quantized_allreduce.cuh, residuals in device memory) on the side stream at
+//     the device: compression/quantized_allreduce.cuh, residuals in device memory) on the side stream at
 //     once; finish() makes the compute stream wait for the side stream. No host wait anywhere; the
 //     collectives' works are checked without blocking at later finish() calls, and one that has not
 //     completed within the communicator's timeout is reported as dist_error.
@@ -36,7 +36,7 @@
 #include "trainkit/backend/cuda/stream.cuh"
 #include "trainkit/backend/cuda/transfer.cuh"  // pinned_buffer
 #include "trainkit/dist/concepts.hpp"
-#include "trainkit/dist/quantized_allreduce.cuh"
+#include "trainkit/compression/quantized_allreduce.cuh"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
 #include "trainkit/parallel/data_parallel.hpp"
@@ -64,7 +64,7 @@ struct device_reduction<cuda> {
       if constexpr (on_thread) {
         staging.resize(c.flat.size());
       } else if constexpr (std::is_same_v<value_type, float> && Core::compression_type::lossy) {
-        residuals = std::make_shared<dist::device_feedback>();
+        residuals = std::make_shared<compression::device_feedback>();
         // Residuals a restored policy brought along move to the device with the first allreduce.
         const auto restored = c.compression.state();
         c.compression.feedback().attach(residuals);
@@ -125,14 +125,14 @@ struct device_reduction<cuda> {
     void issue(Core& c, std::size_t b) {
       auto& flat = c.flat[b];
       if constexpr (std::is_same_v<value_type, float>) {
-        dist::device_feedback& fb = residuals ? *residuals : unused_residuals;  // lossless: never touched
-        dist::compressed_allreduce_device(c.comm, c.compression, fb, flat.data(), flat.numel(), b,
+        compression::device_feedback& fb = residuals ? *residuals : unused_residuals;  // lossless: never touched
+        compression::compressed_allreduce_device(c.comm, c.compression, fb, flat.data(), flat.numel(), b,
                                           dist::reduce_op::avg, ws);
       } else {  // double: lossless, the communicator's own allreduce
         const index_t n = flat.numel();
         if (n > 0 && c.comm.size() > 1)
           ws.works.push_back(c.comm.allreduce(flat.data(), static_cast<std::size_t>(n), dist::reduce_op::avg));
-        c.compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, c.comm.size()) / 4 *
+        c.compression.counter().add(compression::compressed_allreduce_bytes<compression::none>(n, c.comm.size()) / 4 *
                                     sizeof(value_type));
       }
     }
@@ -240,10 +240,10 @@ struct device_reduction<cuda> {
     backend::gpu::event done;
     std::vector<backend::gpu::event> ready;
     std::vector<backend::gpu::pinned_buffer> staging;
-    std::shared_ptr<dist::device_feedback> residuals;
-    dist::device_feedback unused_residuals;  // lossless policies keep none
-    dist::error_feedback* owner = nullptr;
-    dist::device_compress_workspace ws;
+    std::shared_ptr<compression::device_feedback> residuals;
+    compression::device_feedback unused_residuals;  // lossless policies keep none
+    compression::error_feedback* owner = nullptr;
+    compression::device_compress_workspace ws;
     std::deque<std::pair<dist::work, std::chrono::steady_clock::time_point>> pending;
     std::deque<std::unique_ptr<span>> spans;  // recorded, not collected yet
     std::vector<std::unique_ptr<span>> spare;

@@ -19,7 +19,7 @@
 // accumulates straight into the buckets.
 //
 // Devices: on the cpu a communication thread reduces the full buckets. On cuda (include
-// <trainkit/cuda.hpp>; parallel/cuda.cuh) each bucket is reduced on a side stream that waits on
+// <trainkit/cuda.cuh>; parallel/cuda.cuh) each bucket is reduced on a side stream that waits on
 // an event recorded after the bucket's last gradient: with a communicator on device buffers (nccl)
 // nothing waits on the host, and finish() only makes the current stream wait for the side stream;
 // with a host communicator (mpi, thread_group) the communication thread stages each bucket through
@@ -59,10 +59,10 @@
 #include "trainkit/core/tensor.hpp"
 #include "trainkit/dist/bucket.hpp"
 #include "trainkit/dist/check_consistent.hpp"  // hash_bytes, hash_combine, check_consistent
-#include "trainkit/dist/compression.hpp"
+#include "trainkit/compression/codecs.hpp"
 #include "trainkit/dist/any_rank.hpp"
 #include "trainkit/dist/concepts.hpp"
-#include "trainkit/dist/quantized_allreduce.hpp"
+#include "trainkit/compression/quantized_allreduce.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
 
@@ -136,11 +136,11 @@ struct data_parallel_stats {
 /// \tparam Comm a communicator (thread_group, mpi); it must outlive this object
 /// \tparam Compression a gradient_compression policy (none by default)
 /// \tparam T the parameters' element type (lossy compression needs float)
-/// \tparam Device cpu, or cuda (include <trainkit/cuda.hpp>: parallel/cuda.cuh defines how)
-template <dist::communicator Comm, dist::gradient_compression Compression = dist::none, class T = float, class Device = cpu>
+/// \tparam Device cpu, or cuda (include <trainkit/cuda.cuh>: parallel/cuda.cuh defines how)
+template <dist::communicator Comm, compression::gradient_compression Compression = compression::none, class T = float, class Device = cpu>
 class data_parallel {
   static_assert(detail::device_reduction_defined<Device>,
-                "data_parallel<..., cuda>: include <trainkit/cuda.hpp> (parallel/cuda.cuh) from a .cu file for the "
+                "data_parallel<..., cuda>: include <trainkit/cuda.cuh> (parallel/cuda.cuh) from a .cu file for the "
                 "CUDA reduction");
   static_assert(std::is_same_v<T, float> || !Compression::lossy,
                 "data_parallel: lossy gradient compression works on float parameters only");
@@ -281,7 +281,7 @@ class data_parallel {
     std::exception_ptr failure;
     data_parallel_stats stats;
     std::thread worker;
-    dist::compress_workspace ws;  // used by the communication thread only
+    compression::compress_workspace ws;  // used by the communication thread only
     // The device's part (declared last: it is made from, and destroyed before, the rest).
     using device_state = typename device_reduction<Device>::template state<core>;
     std::unique_ptr<device_state> dev;
@@ -493,10 +493,10 @@ class data_parallel {
     // The allreduce of bucket b's n values at `data`, host memory, on the communication thread.
     void reduce_host(std::size_t b, T* data, index_t n) {
       if constexpr (std::is_same_v<T, float>) {
-        dist::compressed_allreduce(comm, compression, data, n, b, dist::reduce_op::avg, &ws);
+        compression::compressed_allreduce(comm, compression, data, n, b, dist::reduce_op::avg, &ws);
       } else {  // double (lossless only): the communicator's own allreduce
         if (n > 0 && comm.size() > 1) comm.allreduce(data, static_cast<std::size_t>(n), dist::reduce_op::avg).wait();
-        compression.counter().add(dist::compressed_allreduce_bytes<dist::none>(n, comm.size()) / 4 * sizeof(T));
+        compression.counter().add(compression::compressed_allreduce_bytes<compression::none>(n, comm.size()) / 4 * sizeof(T));
       }
     }
 

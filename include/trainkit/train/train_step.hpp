@@ -37,7 +37,7 @@
 //
 //   // bf16 autocast, sqrt(n) recomputation, DDP with int8 compression, clipping at 1.0:
 //   train::train_step<nn::sequential<float>, optim::adamw<float>, amp::mixed_bf16, amp::no_scaling,
-//                     checkpoint::sqrt_segments, parallel::data_parallel<dist::mpi, dist::int8>>
+//                     checkpoint::sqrt_segments, parallel::data_parallel<dist::mpi, compression::int8>>
 //       step(*model, opt, ddp, {.max_grad_norm = 1.0});
 //
 // A policy that does not model its concept stops the build with a static_assert naming the

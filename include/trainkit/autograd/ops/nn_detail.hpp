@@ -26,14 +26,4 @@ const T* data_or_null(const tensor<T, D>& t) {
   return t.defined() ? t.data() : nullptr;
 }
 
-/// The multi-index of the k-th element (row-major) of a tensor of sizes s: "position [1, 2]".
-inline shape unravel_index(const shape& s, index_t k) {
-  shape idx(s.size());
-  for (std::size_t d = s.size(); d-- > 0;) {
-    idx[d] = s[d] ? k % s[d] : 0;
-    k = s[d] ? k / s[d] : 0;
-  }
-  return idx;
-}
-
 }  // namespace trainkit::autograd::detail

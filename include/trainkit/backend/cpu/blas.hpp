@@ -1,4 +1,4 @@
-// trainkit/backend/cpu/blas.hpp - GEMM through CBLAS (OpenBLAS) or oneDNN (backend/cpu/onednn.hpp,
+// trainkit/backend/cpu/blas.hpp - GEMM through CBLAS (OpenBLAS) or oneDNN (backend/cpu/onednn_gemm.hpp,
 // TRAINKIT_HAS_ONEDNN); never a hand-written one.
 #pragma once
 
@@ -9,12 +9,21 @@
 #include <vector>
 
 #include "trainkit/backend/blas.hpp"
-#include "trainkit/backend/cpu/onednn.hpp"  // onednn_gemm, cpu_gemm_route
+#include "trainkit/backend/cpu/onednn_gemm.hpp"  // onednn_gemm, cpu_gemm_route
 #include "trainkit/config.hpp"
+#include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/dtype.hpp"
 #include "trainkit/core/error.hpp"
 
 namespace trainkit::backend {
+
+#if TRAINKIT_HAS_ONEDNN
+/// With oneDNN the CPU multiplies bfloat16 itself (blas<cpu> and convolution<cpu> take it to
+/// oneDNN's bf16 kernels, fp32 accumulation). On a CPU without bf16 arithmetic oneDNN converts
+/// inside its kernels; the mixed ops still save and pass bf16 tensors.
+template <>
+inline constexpr bool native_gemm<cpu, bfloat16> = true;
+#endif
 
 namespace detail {
 /// Whether OpenBLAS threads through OpenMP (Debian's libopenblas-openmp-dev, which the build

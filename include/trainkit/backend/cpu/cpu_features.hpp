@@ -4,7 +4,7 @@
 // The limit: TRAINKIT_MAX_CPU_ISA, else oneDNN's own ONEDNN_MAX_CPU_ISA (or DNNL_MAX_CPU_ISA), with
 // oneDNN's names (sse41, avx, avx2, avx2_vnni, avx512_core, avx512_core_vnni, avx512_core_bf16,
 // avx512_core_fp16, avx512_core_amx, all; any case). One variable limits trainkit's own checks and
-// oneDNN's dispatch alike (backend/cpu/onednn.hpp hands TRAINKIT_MAX_CPU_ISA to oneDNN), so that an
+// oneDNN's dispatch alike (backend/cpu/onednn_context.hpp hands TRAINKIT_MAX_CPU_ISA to oneDNN), so that an
 // AVX-512 machine runs the AVX2 machine's paths: `ONEDNN_MAX_CPU_ISA=avx2 ctest ...`.
 #pragma once
 

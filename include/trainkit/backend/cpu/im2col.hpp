@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainkit/backend/blas.hpp"
+#include "trainkit/backend/cpu/blas.hpp"         // blas<cpu>::gemm
 #include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_conv2d_*, cpu_conv_route
 #include "trainkit/backend/im2col.hpp"
 #include "trainkit/config.hpp"

@@ -1,6 +1,6 @@
 // trainkit/backend/cpu/norm.hpp - batch norm and layer norm on the host (OpenMP). With oneDNN and
 // the onednn route (TRAINKIT_CPU_CONV) fp32/bf16 batch norm runs on oneDNN's primitives
-// (backend/cpu/onednn_conv.hpp; the running statistics are still updated here).
+// (backend/cpu/onednn_batch_norm.hpp; the running statistics are still updated here).
 //
 // Statistics are accumulated in double whatever T is: a channel of a batch-norm input easily
 // holds 10^5 values, where a float sum loses digits, and the extra cost is nothing next to the
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "trainkit/backend/cpu/convert16.hpp"  // round_to_bfloat16
-#include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_batch_norm_*, cpu_conv_route
+#include "trainkit/backend/cpu/onednn_batch_norm.hpp"  // onednn_batch_norm_*, cpu_conv_route
 #include "trainkit/backend/cpu/parallel_for.hpp"
 #include "trainkit/backend/norm.hpp"
 #include "trainkit/config.hpp"

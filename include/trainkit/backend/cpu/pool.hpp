@@ -1,6 +1,6 @@
 // trainkit/backend/cpu/pool.hpp - max and average pooling on the host, parallel over planes.
 // With oneDNN and the onednn route (TRAINKIT_CPU_CONV) fp32/bf16 pooling runs on oneDNN's
-// primitives (backend/cpu/onednn_conv.hpp); max pooling's backward is the scatter below either way.
+// primitives (backend/cpu/onednn_pool.hpp); max pooling's backward is the scatter below either way.
 #pragma once
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <limits>
 #include <type_traits>
 
-#include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_*_pool2d*, cpu_conv_route
+#include "trainkit/backend/cpu/onednn_pool.hpp"  // onednn_*_pool2d*, cpu_conv_route
 #include "trainkit/backend/pool.hpp"
 #include "trainkit/config.hpp"
 #include "trainkit/core/dtype.hpp"

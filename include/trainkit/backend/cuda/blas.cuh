@@ -37,6 +37,12 @@
 
 namespace trainkit::backend {
 
+/// cuBLASLt and cuDNN multiply half and bfloat16 operands themselves with fp32 accumulation.
+template <>
+inline constexpr bool native_gemm<cuda, half> = true;
+template <>
+inline constexpr bool native_gemm<cuda, bfloat16> = true;
+
 namespace gpu::detail {
 
 static_assert(sizeof(half) == sizeof(__half) && sizeof(bfloat16) == sizeof(__nv_bfloat16),

@@ -1,6 +1,6 @@
 // trainkit/backend/cuda/error.cuh - every CUDA, cuBLAS(Lt) and cuDNN status (NCCL's: dist/nccl.cuh) becomes a
 // trainkit::runtime_failure that names the call, the context it ran in (shapes, sizes) and the
-// library's own error string. CUDA code: include it from a .cu file (through <trainkit/cuda.hpp>).
+// library's own error string. CUDA code: include it from a .cu file (through <trainkit/cuda.cuh>).
 #pragma once
 
 #include <cublasLt.h>        // cublasStatus_t, cublasLtGetStatusName/String

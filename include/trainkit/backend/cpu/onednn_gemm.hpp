@@ -1,86 +1,28 @@
-// trainkit/backend/cpu/onednn.hpp - CPU GEMM through oneDNN's matmul primitive, and the choice
-// between it and OpenBLAS (TRAINKIT_CPU_GEMM).
+// trainkit/backend/cpu/onednn_gemm.hpp - CPU GEMM through oneDNN's matmul primitive (the route
+// between it and OpenBLAS: backend/cpu/onednn_route.hpp, TRAINKIT_CPU_GEMM).
 //
 // Why: Debian's OpenBLAS 0.3.21 exports no sbgemm, so without oneDNN a bfloat16 GEMM widens its
-// operands to fp32; oneDNN multiplies bfloat16 natively (AVX512-BF16/AMX brgemm kernels, fp32
-// accumulation) and is faster than sgemm on the small fp32 products of the MLP/CNN steps
-// (figures: benchmarks/README.md). The oneDNN part exists only with TRAINKIT_HAS_ONEDNN (CMake:
-// TRAINKIT_ONEDNN, on when libdnnl is found); the route selection exists in every build.
+// operands to fp32; oneDNN multiplies bfloat16 natively where the CPU can (AVX512-BF16/AMX brgemm
+// kernels, fp32 accumulation) and is faster than sgemm on small fp32 products (figures:
+// benchmarks/README.md).
 #pragma once
 
-#include <atomic>
-#include <cstdlib>  // std::getenv
-#include <string_view>
-
-#include "trainkit/config.hpp"  // TRAINKIT_CUDA_COMPILER
-#include "trainkit/core/error.hpp"
-#include "trainkit/core/shape.hpp"  // index_t
-
-#if !defined(TRAINKIT_HAS_ONEDNN)
-#define TRAINKIT_HAS_ONEDNN 0
-#endif
-// nvcc 13's front end aborts on <dnnl.hpp> (internal error in stl_construct.h): .cu files take the
-// OpenBLAS path for their host-side CPU GEMMs.
-#if TRAINKIT_HAS_ONEDNN && TRAINKIT_CUDA_COMPILER
-#undef TRAINKIT_HAS_ONEDNN
-#define TRAINKIT_HAS_ONEDNN 0
-#endif
+#include "trainkit/backend/cpu/onednn_route.hpp"  // TRAINKIT_HAS_ONEDNN, cpu_gemm_route
+#include "trainkit/core/shape.hpp"                // index_t
 
 #if TRAINKIT_HAS_ONEDNN
-#include <dnnl.hpp>  // dnnl::engine, dnnl::stream, dnnl::matmul
-
 #include <cstddef>
-#include <cstdint>
 #include <functional>  // std::hash
 #include <memory>
 #include <mutex>
-#include <new>  // std::align_val_t
-#include <type_traits>
 #include <unordered_map>
 
-#include "trainkit/core/bfloat16.hpp"
-#include "trainkit/core/device.hpp"  // detail::dependent_false
-#include "trainkit/core/dtype.hpp"
-#include "trainkit/core/half.hpp"
-#include "trainkit/backend/cpu/cpu_features.hpp"
+#include "trainkit/backend/cpu/onednn_context.hpp"
+#include "trainkit/core/dtype.hpp"  // dtype_name
+#include "trainkit/core/error.hpp"
 #endif
 
 namespace trainkit::backend {
-
-/// Which library runs the CPU GEMMs. automatic: oneDNN for bfloat16 (and half where oneDNN
-/// supports it on this CPU), and for fp32 products that onednn_prefers_f32() picks; OpenBLAS for
-/// the rest. openblas: OpenBLAS only, 16-bit floats widened to fp32 (the build without oneDNN).
-/// onednn: oneDNN wherever it has a kernel. Without oneDNN every setting means openblas.
-enum class cpu_gemm_route { automatic, openblas, onednn };
-
-namespace detail {
-/// A route variable's value: "auto" / "" / unset -> automatic, `builtin` -> the built-in library,
-/// "onednn"; anything else is a value_error naming the variable. Route: {automatic, builtin, onednn}.
-template <class Route>
-Route parse_route(const char* value, std::string_view variable, std::string_view builtin) {
-  const std::string_view v = value ? value : "";
-  if (v.empty() || v == "auto") return Route::automatic;
-  if (v == "onednn") return Route::onednn;
-  TRAINKIT_CHECK(v == builtin, value_error, variable,
-                 "'" << v << "' is not one of " << builtin << ", onednn, auto");
-  return static_cast<Route>(1);
-}
-inline cpu_gemm_route parse_cpu_gemm_route(const char* value) {
-  return parse_route<cpu_gemm_route>(value, "TRAINKIT_CPU_GEMM", "openblas");
-}
-
-/// The route in force: TRAINKIT_CPU_GEMM read once, at the first GEMM; set_cpu_gemm_route changes it.
-inline std::atomic<cpu_gemm_route>& cpu_gemm_route_state() {
-  static std::atomic<cpu_gemm_route> route{parse_cpu_gemm_route(std::getenv("TRAINKIT_CPU_GEMM"))};
-  return route;
-}
-}  // namespace detail
-
-/// The route the CPU GEMMs take now.
-inline cpu_gemm_route get_cpu_gemm_route() { return detail::cpu_gemm_route_state().load(std::memory_order_relaxed); }
-
-/// Overrides TRAINKIT_CPU_GEMM for the rest of the process (tests, benchmarks).
-inline void set_cpu_gemm_route(cpu_gemm_route r) { detail::cpu_gemm_route_state().store(r, std::memory_order_relaxed); }
 
 /// The fp32 rule of the automatic route, measured with bench_gemm on a 2-vCPU AVX-512 VM (figures
 /// in benchmarks/README.md): oneDNN is ~10 % faster from 1 M multiply-adds (the MLP/CNN products,
@@ -94,15 +36,6 @@ inline bool onednn_prefers_f32(index_t m, index_t n, index_t k) {
 #if TRAINKIT_HAS_ONEDNN
 
 namespace detail {
-
-template <class T>
-constexpr dnnl::memory::data_type onednn_type() {
-  if constexpr (std::is_same_v<T, float>) return dnnl::memory::data_type::f32;
-  else if constexpr (std::is_same_v<T, bfloat16>) return dnnl::memory::data_type::bf16;
-  else if constexpr (std::is_same_v<T, half>) return dnnl::memory::data_type::f16;
-  else static_assert(::trainkit::detail::dependent_false<T>, "oneDNN GEMM: float, bfloat16 or half");
-}
-static_assert(sizeof(bfloat16) == 2 && sizeof(half) == 2, "16-bit floats must be their bits (oneDNN reads them)");
 
 /// What identifies a matmul primitive: shapes, layouts, type, and the alpha/beta baked into it.
 struct onednn_gemm_key {
@@ -131,17 +64,15 @@ struct onednn_gemm_entry {
   std::size_t scratchpad_bytes = 0;
 };
 
-/// One CPU engine per process and a bounded cache of primitives (creating one costs 10-100 us,
-/// more than a small GEMM). Entries are shared_ptr: clearing the cache never pulls a primitive
+/// The matmul primitives of the process, bounded (cleared when full; creating one costs 10-100
+/// us, more than a small GEMM). Entries are shared_ptr: clearing the cache never pulls a primitive
 /// from under a thread that is running it.
-class onednn_context {
+class onednn_gemm_cache {
  public:
-  static onednn_context& get() {
-    static onednn_context ctx;
-    return ctx;
+  static onednn_gemm_cache& get() {
+    static onednn_gemm_cache cache;
+    return cache;
   }
-
-  dnnl::engine& engine() { return engine_; }
 
   /// The primitive for `key`, created on first use. Primitive creation errors other than
   /// "unimplemented" propagate as dnnl::error.
@@ -164,26 +95,6 @@ class onednn_context {
   static constexpr std::size_t max_entries = 1024;
 
  private:
-  onednn_context() : engine_((hand_over_isa_limit(), dnnl::engine(dnnl::engine::kind::cpu, 0))) {}
-
-  /// TRAINKIT_MAX_CPU_ISA limits oneDNN too (its own ONEDNN_MAX_CPU_ISA it reads itself). Before the
-  /// first primitive: oneDNN fixes its ISA then.
-  static void hand_over_isa_limit() {
-    using cpu_features::isa;
-    if (cpu_features::limit_variable() != "TRAINKIT_MAX_CPU_ISA" || cpu_features::max_isa() == isa::all) return;
-    static constexpr dnnl::cpu_isa to_onednn[] = {
-        dnnl::cpu_isa::sse41,       dnnl::cpu_isa::avx,
-        dnnl::cpu_isa::avx2,        dnnl::cpu_isa::avx2_vnni,
-        dnnl::cpu_isa::avx512_core, dnnl::cpu_isa::avx512_core_vnni,
-        dnnl::cpu_isa::avx512_core_bf16, dnnl::cpu_isa::avx512_core_bf16,  // oneDNN 2.x has no fp16 tier
-        dnnl::cpu_isa::avx512_core_amx,  dnnl::cpu_isa::all};
-    try {
-      dnnl::set_max_cpu_isa(to_onednn[std::size_t(cpu_features::max_isa())]);
-    } catch (const dnnl::error&) {
-      // oneDNN built without DNNL_ENABLE_MAX_CPU_ISA, or it already dispatched: its own choice stands
-    }
-  }
-
   std::shared_ptr<const onednn_gemm_entry> create(const onednn_gemm_key& key) {
     using dims = dnnl::memory::dims;
     auto e = std::make_shared<onednn_gemm_entry>();
@@ -203,7 +114,7 @@ class onednn_context {
       attr.set_post_ops(ops);
     }
     try {
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, engine_);
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(e->a, e->b, e->c), attr, onednn_context::get().engine());
       e->scratchpad_bytes = pd.scratchpad_desc().get_size();
       e->primitive = dnnl::matmul(pd);
       e->supported = true;
@@ -213,29 +124,8 @@ class onednn_context {
     return e;
   }
 
-  dnnl::engine engine_;
   std::mutex mutex_;
   std::unordered_map<onednn_gemm_key, std::shared_ptr<const onednn_gemm_entry>, onednn_gemm_key_hash> cache_;
-};
-
-/// Per-thread stream and scratchpad (64-byte aligned, grown as needed).
-struct onednn_thread_state {
-  dnnl::stream stream{onednn_context::get().engine()};
-  std::unique_ptr<std::byte[], void (*)(std::byte*)> scratchpad{nullptr, [](std::byte*) {}};
-  std::size_t scratchpad_bytes = 0;
-
-  void* scratch(std::size_t bytes) {
-    if (bytes > scratchpad_bytes) {
-      scratchpad = {static_cast<std::byte*>(::operator new(bytes, std::align_val_t(64))),
-                    [](std::byte* p) { ::operator delete(p, std::align_val_t(64)); }};
-      scratchpad_bytes = bytes;
-    }
-    return scratchpad.get();
-  }
-  static onednn_thread_state& get() {
-    thread_local onednn_thread_state state;
-    return state;
-  }
 };
 
 }  // namespace detail
@@ -252,7 +142,7 @@ bool onednn_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, do
   if (k == 0) return false;  // C = beta * C: no matmul to describe
   const detail::onednn_gemm_key key{m, n, k, lda, ldb, ldc, trans_a, trans_b, detail::onednn_type<T>(), alpha, beta};
   try {
-    auto entry = detail::onednn_context::get().find(key);
+    auto entry = detail::onednn_gemm_cache::get().find(key);
     if (!entry->supported) return false;
     auto& eng = detail::onednn_context::get().engine();
     auto& state = detail::onednn_thread_state::get();
@@ -280,7 +170,7 @@ template <class T>
 bool onednn_supports() {
   static const bool ok = [] {
     const detail::onednn_gemm_key key{16, 16, 16, 16, 16, 16, false, false, detail::onednn_type<T>(), 1.0, 0.0};
-    return detail::onednn_context::get().find(key)->supported;
+    return detail::onednn_gemm_cache::get().find(key)->supported;
   }();
   return ok;
 }

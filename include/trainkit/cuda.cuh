@@ -1,4 +1,4 @@
-// trainkit/cuda.hpp - the CUDA backend: include it (after or instead of <trainkit/trainkit.hpp>)
+// trainkit/cuda.cuh - the CUDA backend: include it (after or instead of <trainkit/trainkit.hpp>)
 // from a .cu file compiled by nvcc, and link trainkit::cuda (CUDA runtime, cuBLAS/cuBLASLt, cuDNN,
 // NCCL). Everything of trainkit then works on tensor<T, cuda> and var<T, cuda>:
 //
@@ -18,22 +18,21 @@
 //   transfer.cuh     host <-> device copies through pinned staging buffers; gpu::pinned_buffer
 //   elementwise.cuh  elementwise<cuda>: the strided N-ary kernel behind map/apply_/copy_/optimizers
 //   reduce.cuh       reduce<cuda>: sum/mean/amax/argmax/found_inf...
-//   blas.cuh         blas<cuda>: GEMM through cuBLASLt (fp32/TF32, fp16, bf16, fp64)
+//   blas.cuh         blas<cuda>: GEMM through cuBLASLt (fp32/TF32, fp16, bf16, fp64); native_gemm<cuda, half/bfloat16>
 //   convolution.cuh  convolution<cuda> through cuDNN; im2col<cuda>
 //   pool.cuh norm.cuh softmax.cuh dropout.cuh gather.cuh   the other nn kernel families
 //   multi_tensor.cuh multi_tensor<cuda>: unscaling, the total norm and clipping over all gradients
 //   block_reduce.cuh warp/block reductions of the row-wise kernels
 // and, beside their owners (CUDA code that is not a kernel family):
-//   amp/cuda.cuh       half/bfloat16 GEMMs and convolutions natively for amp::mixed<...>
-//   dist/compress.cuh  gradient-compression codecs on device buffers
-//   dist/quantized_allreduce.cuh   the compressed allreduce on device buffers, residuals on the device
+//   compression/codecs.cuh  gradient-compression codecs on device buffers
+//   compression/quantized_allreduce.cuh   the compressed allreduce on device buffers, residuals on the device
 //   dist/host_staged.cuh   a host communicator (mpi) on device buffers through pinned memory
 //   dist/nccl.cuh      dist::nccl, the NCCL communicator (when NCCL is there: trainkit::nccl)
 //   parallel/cuda.cuh  data_parallel<..., cuda>: buckets reduced on a side stream
 #pragma once
 
 #if !defined(__CUDACC__)
-#error "<trainkit/cuda.hpp> is CUDA code: include it from a .cu file compiled by nvcc (CPU-only code needs only <trainkit/trainkit.hpp>)"
+#error "<trainkit/cuda.cuh> is CUDA code: include it from a .cu file compiled by nvcc (CPU-only code needs only <trainkit/trainkit.hpp>)"
 #endif
 
 #include "trainkit/trainkit.hpp"
@@ -57,9 +56,8 @@
 #include "trainkit/backend/cuda/dropout.cuh"
 #include "trainkit/backend/cuda/gather.cuh"
 #include "trainkit/backend/cuda/multi_tensor.cuh"
-#include "trainkit/amp/cuda.cuh"
-#include "trainkit/dist/compress.cuh"
-#include "trainkit/dist/quantized_allreduce.cuh"
+#include "trainkit/compression/codecs.cuh"
+#include "trainkit/compression/quantized_allreduce.cuh"
 #include "trainkit/dist/local_device.cuh"
 #include "trainkit/dist/host_staged.cuh"
 #if defined(TRAINKIT_HAS_NCCL) && TRAINKIT_HAS_NCCL  // trainkit::nccl defines it

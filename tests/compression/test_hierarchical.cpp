@@ -1,4 +1,4 @@
-// dist::hierarchical on thread_group "hosts": H hosts of L rank threads (a world group, one local
+// compression::hierarchical on thread_group "hosts": H hosts of L rank threads (a world group, one local
 // group per host, one cross group per local index). The compressed allreduce reduces inside a host
 // in full precision and compresses only between hosts: one host is exact whatever the policy;
 // several hosts agree with the exact mean to the policy's error, identically on every rank, with
@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "trainkit/dist/hierarchical.hpp"
+#include "trainkit/compression/hierarchical.hpp"
 #include "trainkit/dist/thread_group.hpp"
 
 #include "dist/rank_gradients.hpp"
@@ -24,7 +24,8 @@ namespace {
 
 using trainkit::index_t;
 namespace dist = trainkit::dist;
-using hier = dist::hierarchical<dist::thread_group>;
+namespace compression = trainkit::compression;
+using hier = compression::hierarchical<dist::thread_group>;
 using trainkit_test::exact_mean;
 using trainkit_test::grad_of;
 using trainkit_test::max_error;
@@ -61,8 +62,8 @@ TEST_CASE("hierarchical: one host is full precision whatever the policy", "[dist
   std::vector<std::uint64_t> bytes(4);
   run_hosts(1, 4, [&](hier& comm) {
     auto g = grad_of(comm.rank(), n);
-    dist::int8 c;
-    dist::compressed_allreduce(comm, c, g.data(), n, 0, dist::reduce_op::avg);
+    compression::int8 c;
+    compression::compressed_allreduce(comm, c, g.data(), n, 0, dist::reduce_op::avg);
     got[static_cast<std::size_t>(comm.rank())] = g;
     bytes[static_cast<std::size_t>(comm.rank())] = c.bytes_sent();
   });
@@ -87,17 +88,17 @@ TEST_CASE("hierarchical: several hosts - compressed between them only, with erro
       run_hosts(hosts, per_host, [&](hier& comm) {
         const auto r = static_cast<std::size_t>(comm.rank());
         auto g = grad_of(comm.rank(), n);
-        dist::none plain;
-        dist::compressed_allreduce(comm, plain, g.data(), n, 0, dist::reduce_op::avg);
+        compression::none plain;
+        compression::compressed_allreduce(comm, plain, g.data(), n, 0, dist::reduce_op::avg);
         fp32[r] = g;
         // The same gradient every step through int8: with error feedback the running sum of the
         // results stays within one step's error of steps x the mean.
-        dist::int8 c;
+        compression::int8 c;
         std::vector<float> sum(static_cast<std::size_t>(n), 0.0f);
-        dist::compress_workspace ws;
+        compression::compress_workspace ws;
         for (int s = 0; s < steps; ++s) {
           auto x = grad_of(comm.rank(), n);
-          dist::compressed_allreduce(comm, c, x.data(), n, 3, dist::reduce_op::avg, &ws);
+          compression::compressed_allreduce(comm, c, x.data(), n, 3, dist::reduce_op::avg, &ws);
           if (s == 0) int8[r] = x;
           for (index_t i = 0; i < n; ++i) sum[static_cast<std::size_t>(i)] += x[static_cast<std::size_t>(i)];
         }
@@ -120,9 +121,9 @@ TEST_CASE("hierarchical: several hosts - compressed between them only, with erro
         // Bytes: one flat compressed allreduce of this rank's slice among the hosts, per step.
         const index_t mine = std::max<index_t>(0, std::min<index_t>(n, (r % per_host + 1) * slice) - (r % per_host) * slice);
         if (n <= 4099)  // one piece
-          CHECK(bytes[i] == steps * dist::compressed_allreduce_bytes<dist::int8>(mine, hosts));
+          CHECK(bytes[i] == steps * compression::compressed_allreduce_bytes<compression::int8>(mine, hosts));
         else            // several: within the blocks' padding of that
-          CHECK(std::fabs(double(bytes[i]) / double(steps * dist::compressed_allreduce_bytes<dist::int8>(mine, hosts)) - 1) < 0.01);
+          CHECK(std::fabs(double(bytes[i]) / double(steps * compression::compressed_allreduce_bytes<compression::int8>(mine, hosts)) - 1) < 0.01);
         CHECK(layout[i] == "hierarchical");
       }
     }
@@ -162,13 +163,13 @@ TEST_CASE("hierarchical: hosts of different sizes are refused; hierarchical resi
   for (auto& th : t) th.join();
   for (const auto& e : errors) CHECK_THAT(e, Catch::Contains("same number of ranks") && Catch::Contains("from 1 to 2"));
 
-  dist::int8 c;
+  compression::int8 c;
   c.feedback().set_layout("hierarchical");
   (void)c.feedback().worker(0, 10);
-  std::vector<dist::compression_state> old{c.state(), c.state()};
-  CHECK_THROWS_WITH(dist::reshard_feedback<dist::int8>(old, 0, 1),
+  std::vector<compression::compression_state> old{c.state(), c.state()};
+  CHECK_THROWS_WITH(compression::reshard_feedback<compression::int8>(old, 0, 1),
                     Catch::Contains("hierarchical allreduce") && Catch::Contains("same world size"));
-  dist::int8 back;
+  compression::int8 back;
   back.load_state(c.state());
   CHECK(back.feedback().layout() == "hierarchical");
 }

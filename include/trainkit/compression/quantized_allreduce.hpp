@@ -1,4 +1,4 @@
-// trainkit/dist/quantized_allreduce.hpp - the allreduce of a flat fp32 buffer through a gradient
+// trainkit/compression/quantized_allreduce.hpp - the allreduce of a flat fp32 buffer through a gradient
 // compression policy (docs/architecture.md, "Data parallel"; docs/compression.md):
 //
 //   worker:  x + worker residual --quantize--> W chunks   (worker residual = meant - sent)
@@ -23,11 +23,11 @@
 
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/shape.hpp"
-#include "trainkit/dist/compression.hpp"
+#include "trainkit/compression/codecs.hpp"
 #include "trainkit/dist/concepts.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 
-namespace trainkit::dist {
+namespace trainkit::compression {
 
 /// Scratch buffers of the quantized allreduce, kept between calls so that a training step
 /// allocates nothing. One per thread that runs allreduces.
@@ -97,18 +97,18 @@ constexpr std::uint64_t compressed_allreduce_bytes(index_t n, int world_size) {
 
 /// Collective: allreduce (sum or avg) of data[0, n) in place through compression c, with error
 /// feedback under the key `bucket` (both residuals are c's state). A communicator with a member
-/// compressed_allreduce(c, data, n, bucket, op, ws) does it its own way (dist::hierarchical). Every rank calls it with the
+/// compressed_allreduce(c, data, n, bucket, op, ws) does it its own way (compression::hierarchical). Every rank calls it with the
 /// same n, bucket and op. Adds what this rank sent to c.counter(). For `none` (lossless), this is
 /// comm.allreduce in fp32. On one rank the data is left as it is (nothing is sent, no rounding).
 /// \param ws scratch; null uses a buffer of its own for this call
-template <gradient_compression C, communicator Comm>
-void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t bucket, reduce_op op = reduce_op::sum,
+template <gradient_compression C, dist::communicator Comm>
+void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t bucket, dist::reduce_op op = dist::reduce_op::sum,
                           compress_workspace* ws = nullptr) {
   if constexpr (requires { comm.compressed_allreduce(c, data, n, bucket, op, ws); }) {
     comm.compressed_allreduce(c, data, n, bucket, op, ws);  // a communicator with its own (hierarchical)
     return;
   }
-  TRAINKIT_CHECK(op == reduce_op::sum || op == reduce_op::avg, value_error, "compressed_allreduce",
+  TRAINKIT_CHECK(op == dist::reduce_op::sum || op == dist::reduce_op::avg, value_error, "compressed_allreduce",
                  C::name << ": only sum and avg can go through compression, got " << to_string(op));
   TRAINKIT_CHECK(n >= 0, value_error, "compressed_allreduce", C::name << ": negative length " << n);
   const int w = comm.size();
@@ -153,7 +153,7 @@ void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t 
     const index_t mine_valid = std::clamp<index_t>(n - r * chunk, 0, chunk);
     float* sres = c.feedback().server(bucket, chunk);
     std::uint8_t* mine = send;  // the send buffer is free once the alltoall is complete
-    const float scale = op == reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
+    const float scale = op == dist::reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
     detail::compress_for_tiles(tiles_per_chunk, tile, [&](index_t t, float* acc, float* tmp) {
       const index_t len = tile_len(t), lo = t * tile, valid = std::clamp<index_t>(mine_valid - lo, 0, len);
       const std::size_t off = C::wire_bytes(lo);
@@ -190,4 +190,4 @@ void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t 
   }
 }
 
-}  // namespace trainkit::dist
+}  // namespace trainkit::compression

@@ -1,7 +1,8 @@
-// trainkit/core/float16.hpp - what half and bfloat16 share: bit-exact rounding from wider
-// formats, classification on the bits (isnan, isinf, isfinite, signbit), printing, and
-// std::numeric_limits, each written once over a per-format trait (detail::float16_format<T>,
-// specialised by core/half.hpp and core/bfloat16.hpp).
+// trainkit/core/narrow_float.hpp - what the two 16-bit float formats, half (IEEE binary16) and
+// bfloat16, share: bit-exact rounding from wider formats, classification on the bits (isnan,
+// isinf, isfinite, signbit), printing, and std::numeric_limits, each written once over a
+// per-format trait (detail::narrow_float_format<T>, specialised by core/half.hpp and
+// core/bfloat16.hpp).
 #pragma once
 
 #include <cstdint>  // std::uint16_t, std::uint32_t, std::uint64_t
@@ -103,11 +104,11 @@ struct float16_layout {
 
 /// The layout of T; specialised beside each 16-bit float type (core/half.hpp, core/bfloat16.hpp).
 template <class T>
-inline constexpr float16_layout float16_format{};
+inline constexpr float16_layout narrow_float_format{};
 
-/// T is one of the 16-bit float types: it has a float16_format, bits() and from_bits().
+/// T is one of the 16-bit float types: it has a narrow_float_format, bits() and from_bits().
 template <class T>
-concept float16_type = float16_format<T>.exponent_mask != 0 && requires(T t) {
+concept float16_type = narrow_float_format<T>.exponent_mask != 0 && requires(T t) {
   { t.bits() } -> std::same_as<std::uint16_t>;
   { T::from_bits(std::uint16_t{}) } -> std::same_as<T>;
 };
@@ -115,7 +116,7 @@ concept float16_type = float16_format<T>.exponent_mask != 0 && requires(T t) {
 /// std::numeric_limits<T> for a float16_type (sign bit first, subnormals, round to nearest even).
 template <class T>
 struct float16_limits {
-  static constexpr float16_layout format = float16_format<T>;
+  static constexpr float16_layout format = narrow_float_format<T>;
   static constexpr bool is_specialized = true;
   static constexpr bool is_signed = true;
   static constexpr bool is_integer = false;
@@ -221,15 +222,15 @@ TRAINKIT_HD constexpr bool operator>=(T a, T b) noexcept {
 // trainkit these hide the global ::isnan for unqualified calls; call std::isnan on float/double.
 template <detail::float16_type T>
 TRAINKIT_HD constexpr bool isnan(T h) noexcept {
-  return (h.bits() & 0x7fffu) > detail::float16_format<T>.exponent_mask;
+  return (h.bits() & 0x7fffu) > detail::narrow_float_format<T>.exponent_mask;
 }
 template <detail::float16_type T>
 TRAINKIT_HD constexpr bool isinf(T h) noexcept {
-  return (h.bits() & 0x7fffu) == detail::float16_format<T>.exponent_mask;
+  return (h.bits() & 0x7fffu) == detail::narrow_float_format<T>.exponent_mask;
 }
 template <detail::float16_type T>
 TRAINKIT_HD constexpr bool isfinite(T h) noexcept {
-  constexpr std::uint16_t e = detail::float16_format<T>.exponent_mask;
+  constexpr std::uint16_t e = detail::narrow_float_format<T>.exponent_mask;
   return (h.bits() & e) != e;
 }
 template <detail::float16_type T>
@@ -245,6 +246,6 @@ std::basic_ostream<CharT, Traits>& operator<<(std::basic_ostream<CharT, Traits>&
 
 }  // namespace trainkit
 
-/// The limits of half and bfloat16, from their detail::float16_format.
+/// The limits of half and bfloat16, from their detail::narrow_float_format.
 template <trainkit::detail::float16_type T>
 struct std::numeric_limits<T> : trainkit::detail::float16_limits<T> {};

@@ -1,7 +1,7 @@
-// trainkit/dist/quantized_allreduce.cuh - the quantized allreduce of dist/quantized_allreduce.hpp
+// trainkit/compression/quantized_allreduce.cuh - the quantized allreduce of compression/quantized_allreduce.hpp
 // on device buffers, for communicators that take them (nccl): the same phases (worker quantize with
 // error feedback, alltoall, server sum in fp32 + re-quantize with feedback, allgather, decode), the
-// same wire format through the codecs of dist/compress.cuh, and the same rounding step by step
+// same wire format through the codecs of compression/codecs.cuh, and the same rounding step by step
 // (the sums and products go through __fadd_rn/__fmul_rn, which nvcc never contracts into an FMA),
 // so every byte sent and every value decoded is the host's, bit for bit.
 //
@@ -26,14 +26,14 @@
 #include "trainkit/backend/cuda/transfer.cuh"
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/tensor.hpp"
-#include "trainkit/dist/compress.cuh"
-#include "trainkit/dist/compression.hpp"
+#include "trainkit/compression/codecs.cuh"
+#include "trainkit/compression/codecs.hpp"
 #include "trainkit/dist/concepts.hpp"
-#include "trainkit/dist/quantized_allreduce.hpp"  // compressed_allreduce_bytes, compress_chunk
+#include "trainkit/compression/quantized_allreduce.hpp"  // compressed_allreduce_bytes, compress_chunk
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
 
-namespace trainkit::dist {
+namespace trainkit::compression {
 
 namespace detail {
 
@@ -147,23 +147,23 @@ class device_compress_workspace {
     return p;
   }
   /// The collectives issued by the last calls (checked with done(): failures, timeouts).
-  std::vector<work> works;
+  std::vector<dist::work> works;
 
  private:
   std::vector<std::pair<void*, std::size_t>> blocks_;
 };
 
-/// Collective, on device buffers: compressed_allreduce (dist/quantized_allreduce.hpp) of the n
+/// Collective, on device buffers: compressed_allreduce (compression/quantized_allreduce.hpp) of the n
 /// device floats at `data`, through policy c with its residuals in `fb`, everything enqueued on the
 /// current stream; comm must take device buffers (nccl). The works of the collectives go to
 /// ws.works (the caller checks them later; none is waited for here). Adds what was sent to
 /// c.counter(). The bytes on the wire and the result are the host version's, bit for bit.
-template <gradient_compression C, communicator Comm>
+template <gradient_compression C, dist::communicator Comm>
 void compressed_allreduce_device(Comm& comm, C& c, device_feedback& fb, float* data, index_t n, std::size_t bucket,
-                                 reduce_op op, device_compress_workspace& ws) {
-  static_assert(device_buffers<Comm>, "compressed_allreduce_device: the communicator must take device buffers (nccl)");
+                                 dist::reduce_op op, device_compress_workspace& ws) {
+  static_assert(dist::device_buffers<Comm>, "compressed_allreduce_device: the communicator must take device buffers (nccl)");
   namespace g = backend::gpu;
-  TRAINKIT_CHECK(op == reduce_op::sum || op == reduce_op::avg, value_error, "compressed_allreduce_device",
+  TRAINKIT_CHECK(op == dist::reduce_op::sum || op == dist::reduce_op::avg, value_error, "compressed_allreduce_device",
                  C::name << ": only sum and avg can go through compression, got " << to_string(op));
   TRAINKIT_CHECK(n >= 0, value_error, "compressed_allreduce_device", C::name << ": negative length " << n);
   const int w = comm.size();
@@ -193,8 +193,8 @@ void compressed_allreduce_device(Comm& comm, C& c, device_feedback& fb, float* d
     float* wres = fb.worker(bucket, n);
     detail::qar_meant_kernel<><<<g::detail::grid_for(total, threads), threads, 0, st>>>(data, wres, n, total, meant);
     detail::qar_check_launch("quantized allreduce: worker kernel");
-    g::compress_encode<C>(meant, total, send);
-    g::compress_decode<C>(send, total, decoded);
+    gpu::compress_encode<C>(meant, total, send);
+    gpu::compress_decode<C>(send, total, decoded);
     detail::qar_residual_kernel<><<<g::detail::grid_for(n, threads), threads, 0, st>>>(meant, decoded, n, wres);
     detail::qar_check_launch("quantized allreduce: residual kernel");
     ws.works.push_back(comm.alltoall(send, recv, cb));
@@ -202,25 +202,25 @@ void compressed_allreduce_device(Comm& comm, C& c, device_feedback& fb, float* d
     // ---- server: the w copies of my chunk summed in fp32, re-quantized with feedback -------------
     const index_t mine_valid = std::clamp<index_t>(n - r * chunk, 0, chunk);
     float* sres = fb.server(bucket, chunk);
-    const float scale = op == reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
-    g::compress_decode<C>(recv, total, decoded);
+    const float scale = op == dist::reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
+    gpu::compress_decode<C>(recv, total, decoded);
     detail::qar_server_kernel<><<<g::detail::grid_for(chunk, threads), threads, 0, st>>>(decoded, w, chunk, mine_valid,
                                                                                          scale, sres, meant);
     detail::qar_check_launch("quantized allreduce: server kernel");
     std::uint8_t* mine = send;  // free once the alltoall has run (stream order)
-    g::compress_encode<C>(meant, chunk, mine);
-    g::compress_decode<C>(mine, chunk, decoded);
+    gpu::compress_encode<C>(meant, chunk, mine);
+    gpu::compress_decode<C>(mine, chunk, decoded);
     detail::qar_residual_kernel<><<<g::detail::grid_for(mine_valid, threads), threads, 0, st>>>(meant, decoded,
                                                                                                 mine_valid, sres);
     detail::qar_check_launch("quantized allreduce: server residual kernel");
     ws.works.push_back(comm.allgather(mine, cb, gathered));
 
     // ---- everyone: decode the reduced chunks into data ---------------------------------------------
-    g::compress_decode<C>(gathered, total, decoded);
+    gpu::compress_decode<C>(gathered, total, decoded);
     g::check(cudaMemcpyAsync(data, decoded, static_cast<std::size_t>(n) * 4, cudaMemcpyDeviceToDevice, st),
              "cudaMemcpyAsync");
     c.counter().add(compressed_allreduce_bytes<C>(n, w));
   }
 }
 
-}  // namespace trainkit::dist
+}  // namespace trainkit::compression

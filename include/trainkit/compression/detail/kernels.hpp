@@ -1,4 +1,4 @@
-// trainkit/dist/detail/compress_kernels.hpp - the per-element math of gradient compression as
+// trainkit/compression/detail/kernels.hpp - the per-element math of gradient compression as
 // TRAINKIT_HD functors (a CUDA backend calls the same ones from its kernels), and the host loops
 // over blocks that use them.
 //
@@ -21,7 +21,7 @@
 #include "trainkit/core/half.hpp"   // trainkit::detail::bit_cast (host and device)
 #include "trainkit/core/shape.hpp"  // index_t
 
-namespace trainkit::dist::detail {
+namespace trainkit::compression::detail {
 
 // ---- functors -----------------------------------------------------------------------------------
 
@@ -392,4 +392,4 @@ inline void compress_update_residual(const float* meant, const float* sent, inde
   compress_for(n, n, [&](index_t i) { residual[i] = compress_residual_fn{}(meant[i], sent[i]); });
 }
 
-}  // namespace trainkit::dist::detail
+}  // namespace trainkit::compression::detail

@@ -1,13 +1,13 @@
-// trainkit/dist/compression.hpp - the gradient_compression concept and its models: none, fp16,
+// trainkit/compression/codecs.hpp - the gradient_compression concept and its models: none, fp16,
 // bf16, int8_block<B>, sign_1bit_block<B> (alias sign_1bit), each lossy one with error feedback.
 //
 // A compression policy is a codec on flat fp32 runs (encode/decode a multiple of its block) plus
-// the state the quantized allreduce (dist/quantized_allreduce.hpp) keeps between steps:
+// the state the quantized allreduce (compression/quantized_allreduce.hpp) keeps between steps:
 //   - error feedback: per bucket, the worker residual (what this rank meant to send minus what it
 //     sent, added to the next step's gradient) and the server residual (the same for the chunk this
 //     rank reduces and re-quantizes, DeepSpeed 1-bit Adam's second compression stage);
 //   - a wire counter: bytes this rank put on the wire, which every allreduce adds to.
-// The per-element math is in dist/detail/compress_kernels.hpp as TRAINKIT_HD functors.
+// The per-element math is in compression/detail/kernels.hpp as TRAINKIT_HD functors.
 #pragma once
 
 #include <atomic>       // std::atomic: the comm thread adds to the counter while the loop reads it
@@ -25,9 +25,9 @@
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/shape.hpp"
 #include "trainkit/core/tensor.hpp"
-#include "trainkit/dist/detail/compress_kernels.hpp"
+#include "trainkit/compression/detail/kernels.hpp"
 
-namespace trainkit::dist {
+namespace trainkit::compression {
 
 /// The error-feedback residuals of a policy as named fp32 tensors ("worker.<bucket>",
 /// "server.<bucket>"), in the shape of a state dict so snapshots store it like model state.
@@ -98,7 +98,7 @@ class error_feedback {
   }
 
   /// The layout the residuals were made for, when it is not the flat quantized allreduce's:
-  /// dist::hierarchical sets "hierarchical" (state() records it as an empty tensor
+  /// compression::hierarchical sets "hierarchical" (state() records it as an empty tensor
   /// "layout.<name>"), and reshard_feedback refuses such residuals.
   void set_layout(std::string_view layout) {
     if (layout_ != layout) layout_ = std::string(layout);
@@ -425,4 +425,4 @@ void encode_with_feedback(const float* x, index_t n, float* residual, std::uint8
   detail::compress_update_residual(residual, sent, n, residual);
 }
 
-}  // namespace trainkit::dist
+}  // namespace trainkit::compression

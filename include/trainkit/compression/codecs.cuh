@@ -1,10 +1,10 @@
-// trainkit/dist/compress.cuh - the gradient-compression codecs of dist/compression.hpp on
+// trainkit/compression/codecs.cuh - the gradient-compression codecs of compression/codecs.hpp on
 // device buffers: the same wire format and the same TRAINKIT_HD functors
-// (dist/detail/compress_kernels.hpp), so a GPU encodes exactly the bytes the host does.
+// (compression/detail/kernels.hpp), so a GPU encodes exactly the bytes the host does.
 //
 //   gpu::compress_encode<C>(x, n, wire)   x: n device floats, wire: C::wire_bytes(n) device bytes
 //   gpu::compress_decode<C>(wire, n, y)
-// for C = dist::none, fp16, bf16, int8_block<B>, sign_1bit_block<B>; asynchronous on the current
+// for C = compression::none, fp16, bf16, int8_block<B>, sign_1bit_block<B>; asynchronous on the current
 // stream. The 16-bit codecs run one thread per element; the block codecs one warp per block,
 // folding it in the host's order (the scale of a 1-bit block is a float sum whose rounding
 // depends on that order), so the bytes agree bit for bit.
@@ -18,12 +18,20 @@
 
 #include "trainkit/backend/cuda/launch.cuh"
 #include "trainkit/backend/cuda/stream.cuh"
-#include "trainkit/dist/compression.hpp"
-#include "trainkit/dist/detail/compress_kernels.hpp"
+#include "trainkit/compression/codecs.hpp"
+#include "trainkit/compression/detail/kernels.hpp"
 
-namespace trainkit::backend::gpu {
+namespace trainkit::compression::gpu {
+
+using backend::gpu::check;
+using backend::gpu::check_launch;
+using backend::gpu::current_stream;
 
 namespace detail {
+
+using backend::gpu::detail::block_threads;
+using backend::gpu::detail::divmod;
+using backend::gpu::detail::grid_for;
 
 template <class Fn>
 __global__ void __launch_bounds__(block_threads) compress_encode16_kernel(const float* x, index_t n, std::uint8_t* w,
@@ -61,7 +69,7 @@ inline constexpr int codec_blocks_per_kernel_block = block_threads / 32;
 template <int = 0>
 __global__ void __launch_bounds__(block_threads) compress_encode_int8_kernel(const float* x, index_t nb, index_t B,
                                                                              std::uint8_t* w) {
-  namespace dd = ::trainkit::dist::detail;
+  namespace dd = ::trainkit::compression::detail;
   const index_t b = index_t(blockIdx.x) * codec_blocks_per_kernel_block + index_t(threadIdx.x / 32);
   const int lane = int(threadIdx.x % 32);
   if (b >= nb) return;  // the whole warp: b is the warp's
@@ -91,7 +99,7 @@ __global__ void __launch_bounds__(block_threads) compress_encode_int8_kernel(con
 template <int = 0>
 __global__ void __launch_bounds__(block_threads) compress_decode_int8_kernel(const std::uint8_t* w, index_t n,
                                                                              index_t B, float* y) {
-  namespace dd = ::trainkit::dist::detail;
+  namespace dd = ::trainkit::compression::detail;
   const index_t i = index_t(blockIdx.x) * block_threads + threadIdx.x;
   if (i >= n) return;
   index_t b = i;
@@ -106,7 +114,7 @@ __global__ void __launch_bounds__(block_threads) compress_decode_int8_kernel(con
 template <int = 0>
 __global__ void __launch_bounds__(block_threads) compress_encode_sign_kernel(const float* x, index_t nb, index_t B,
                                                                              std::uint8_t* w) {
-  namespace dd = ::trainkit::dist::detail;
+  namespace dd = ::trainkit::compression::detail;
   const index_t b = index_t(blockIdx.x) * codec_blocks_per_kernel_block + index_t(threadIdx.x / 32);
   const int lane = int(threadIdx.x % 32);
   if (b >= nb) return;  // the whole warp
@@ -130,7 +138,7 @@ __global__ void __launch_bounds__(block_threads) compress_encode_sign_kernel(con
 template <int = 0>
 __global__ void __launch_bounds__(block_threads) compress_decode_sign_kernel(const std::uint8_t* w, index_t n,
                                                                              index_t B, float* y) {
-  namespace dd = ::trainkit::dist::detail;
+  namespace dd = ::trainkit::compression::detail;
   const index_t i = index_t(blockIdx.x) * block_threads + threadIdx.x;
   if (i >= n) return;
   index_t b = i;
@@ -143,11 +151,11 @@ __global__ void __launch_bounds__(block_threads) compress_decode_sign_kernel(con
 template <class C>
 inline constexpr bool is_int8_block = false;
 template <index_t B>
-inline constexpr bool is_int8_block<dist::int8_block<B>> = true;
+inline constexpr bool is_int8_block<compression::int8_block<B>> = true;
 template <class C>
 inline constexpr bool is_sign_block = false;
 template <index_t B>
-inline constexpr bool is_sign_block<dist::sign_1bit_block<B>> = true;
+inline constexpr bool is_sign_block<compression::sign_1bit_block<B>> = true;
 
 }  // namespace detail
 
@@ -159,11 +167,11 @@ void compress_encode(const float* x, index_t n, std::uint8_t* wire) {
                  C::name << ": n = " << n << " is not a multiple of the block " << C::block);
   if (n == 0) return;
   const cudaStream_t st = current_stream();
-  if constexpr (std::is_same_v<C, dist::none>) {
+  if constexpr (std::is_same_v<C, compression::none>) {
     check(cudaMemcpyAsync(wire, x, std::size_t(n) * 4, cudaMemcpyDeviceToDevice, st), "cudaMemcpyAsync");
-  } else if constexpr (std::is_same_v<C, dist::fp16> || std::is_same_v<C, dist::bf16>) {
-    using Fn = std::conditional_t<std::is_same_v<C, dist::fp16>, dist::detail::compress_fp16_encode_fn,
-                                  dist::detail::compress_bf16_encode_fn>;
+  } else if constexpr (std::is_same_v<C, compression::fp16> || std::is_same_v<C, compression::bf16>) {
+    using Fn = std::conditional_t<std::is_same_v<C, compression::fp16>, compression::detail::compress_fp16_encode_fn,
+                                  compression::detail::compress_bf16_encode_fn>;
     d::compress_encode16_kernel<<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(x, n, wire, Fn{});
   } else if constexpr (d::is_int8_block<C>) {
     const index_t nb = n / C::block;
@@ -186,11 +194,11 @@ void compress_decode(const std::uint8_t* wire, index_t n, float* y) {
                  C::name << ": n = " << n << " is not a multiple of the block " << C::block);
   if (n == 0) return;
   const cudaStream_t st = current_stream();
-  if constexpr (std::is_same_v<C, dist::none>) {
+  if constexpr (std::is_same_v<C, compression::none>) {
     check(cudaMemcpyAsync(y, wire, std::size_t(n) * 4, cudaMemcpyDeviceToDevice, st), "cudaMemcpyAsync");
-  } else if constexpr (std::is_same_v<C, dist::fp16> || std::is_same_v<C, dist::bf16>) {
-    using Fn = std::conditional_t<std::is_same_v<C, dist::fp16>, dist::detail::compress_fp16_decode_fn,
-                                  dist::detail::compress_bf16_decode_fn>;
+  } else if constexpr (std::is_same_v<C, compression::fp16> || std::is_same_v<C, compression::bf16>) {
+    using Fn = std::conditional_t<std::is_same_v<C, compression::fp16>, compression::detail::compress_fp16_decode_fn,
+                                  compression::detail::compress_bf16_decode_fn>;
     d::compress_decode16_kernel<<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(wire, n, y, Fn{});
   } else if constexpr (d::is_int8_block<C>) {
     d::compress_decode_int8_kernel<><<<d::grid_for(n, d::block_threads), d::block_threads, 0, st>>>(wire, n, C::block, y);
@@ -201,4 +209,4 @@ void compress_decode(const std::uint8_t* wire, index_t n, float* y) {
   check_launch("compress_decode kernel");
 }
 
-}  // namespace trainkit::backend::gpu
+}  // namespace trainkit::compression::gpu

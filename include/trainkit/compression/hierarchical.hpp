@@ -1,14 +1,14 @@
-// trainkit/dist/hierarchical.hpp - a communicator over several hosts that compresses only the hop
+// trainkit/compression/hierarchical.hpp - a communicator over several hosts that compresses only the hop
 // between hosts (docs/architecture.md, "Data parallel").
 //
 //   dist::mpi world;
-//   auto comm = dist::hierarchical<dist::mpi>::by_host(std::move(world));  // MPI_COMM_TYPE_SHARED
-//   parallel::data_parallel<dist::hierarchical<dist::mpi>, dist::int8> ddp(comm, model);
+//   auto comm = compression::hierarchical<dist::mpi>::by_host(std::move(world));  // MPI_COMM_TYPE_SHARED
+//   parallel::data_parallel<compression::hierarchical<dist::mpi>, compression::int8> ddp(comm, model);
 //
 // The compressed allreduce of a bucket of n fp32 values on H hosts of L ranks each (W = H L):
 //   1. reduce-scatter inside the host, fp32 (shared memory): local rank l holds the host's sum of
 //      its 1 / L of the bucket;
-//   2. the compressed allreduce (dist/quantized_allreduce.hpp, with error feedback on this hop
+//   2. the compressed allreduce (compression/quantized_allreduce.hpp, with error feedback on this hop
 //      only) of that part among the H ranks of local index l, one per host - every rank of a host
 //      takes a part, so the host's link carries L concurrent streams and no rank idles;
 //   3. allgather inside the host, fp32: every rank gets the whole bucket (avg: / W).
@@ -35,17 +35,17 @@
 
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/shape.hpp"
-#include "trainkit/dist/compression.hpp"
+#include "trainkit/compression/codecs.hpp"
 #include "trainkit/dist/concepts.hpp"
-#include "trainkit/dist/quantized_allreduce.hpp"
+#include "trainkit/compression/quantized_allreduce.hpp"
 #include "trainkit/dist/reduce_op.hpp"
 #include "trainkit/dist/work.hpp"
 
-namespace trainkit::dist {
+namespace trainkit::compression {
 
 /// The ranks of a job seen three ways: world; local (the ranks of this host); cross (the ranks of
 /// this local index, one per host). See the top of this file.
-template <communicator Comm>
+template <dist::communicator Comm>
 class hierarchical {
  public:
   /// From the three communicators of this rank (moved in): local.rank() is this rank's index on
@@ -54,7 +54,7 @@ class hierarchical {
   hierarchical(Comm world, Comm local, Comm cross)
       : world_(std::move(world)), local_(std::move(local)), cross_(std::move(cross)) {
     std::int64_t mine[2] = {local_.size(), -static_cast<std::int64_t>(local_.size())};
-    world_.allreduce(mine, 2, reduce_op::max).wait();
+    world_.allreduce(mine, 2, dist::reduce_op::max).wait();
     TRAINKIT_CHECK(mine[0] == -mine[1] && static_cast<std::int64_t>(local_.size()) * cross_.size() == world_.size(),
                    value_error, "hierarchical",
                    "every host must hold the same number of ranks: ranks per host range from "
@@ -94,33 +94,33 @@ class hierarchical {
   // ---- dist::communicator: the world's ----------------------------------------------------------
   int rank() const { return world_.rank(); }
   int size() const { return world_.size(); }
-  work barrier() { return world_.barrier(); }
-  template <dist_element T>
-  work allreduce(T* data, std::size_t n, reduce_op op) {
+  dist::work barrier() { return world_.barrier(); }
+  template <dist::dist_element T>
+  dist::work allreduce(T* data, std::size_t n, dist::reduce_op op) {
     return world_.allreduce(data, n, op);
   }
-  template <dist_element T>
-  work broadcast(T* data, std::size_t n, int root) {
+  template <dist::dist_element T>
+  dist::work broadcast(T* data, std::size_t n, int root) {
     return world_.broadcast(data, n, root);
   }
-  template <dist_element T>
-  work allgather(const T* in, std::size_t n, T* out) {
+  template <dist::dist_element T>
+  dist::work allgather(const T* in, std::size_t n, T* out) {
     return world_.allgather(in, n, out);
   }
-  template <dist_element T>
-  work reduce_scatter(const T* in, T* out, std::size_t n_per_rank, reduce_op op) {
+  template <dist::dist_element T>
+  dist::work reduce_scatter(const T* in, T* out, std::size_t n_per_rank, dist::reduce_op op) {
     return world_.reduce_scatter(in, out, n_per_rank, op);
   }
-  template <dist_element T>
-  work alltoall(const T* in, T* out, std::size_t n_per_rank) {
+  template <dist::dist_element T>
+  dist::work alltoall(const T* in, T* out, std::size_t n_per_rank) {
     return world_.alltoall(in, out, n_per_rank);
   }
 
   /// The hierarchical compressed allreduce (the top of this file); compressed_allreduce(*this, ...)
   /// comes here. Adds the inter-host bytes to c.counter().
   template <gradient_compression C>
-  void compressed_allreduce(C& c, float* data, index_t n, std::size_t bucket, reduce_op op, compress_workspace* ws) {
-    TRAINKIT_CHECK(op == reduce_op::sum || op == reduce_op::avg, value_error, "hierarchical::compressed_allreduce",
+  void compressed_allreduce(C& c, float* data, index_t n, std::size_t bucket, dist::reduce_op op, compress_workspace* ws) {
+    TRAINKIT_CHECK(op == dist::reduce_op::sum || op == dist::reduce_op::avg, value_error, "hierarchical::compressed_allreduce",
                    C::name << ": only sum and avg, got " << to_string(op));
     TRAINKIT_CHECK(n >= 0, value_error, "hierarchical::compressed_allreduce", C::name << ": negative length " << n);
     const int w = size();
@@ -151,13 +151,13 @@ class hierarchical {
       std::copy(data + k * l_size * p, data + n, padded);
       std::fill(padded + piece_len(k), padded + l_size * count(k), 0.0f);
     }
-    std::vector<work> gathers;
+    std::vector<dist::work> gathers;
     gathers.reserve(static_cast<std::size_t>(pieces));
     auto scatter = [&](index_t k) {
-      return local_.reduce_scatter(in_of(k), mine + k * p, static_cast<std::size_t>(count(k)), reduce_op::sum);
+      return local_.reduce_scatter(in_of(k), mine + k * p, static_cast<std::size_t>(count(k)), dist::reduce_op::sum);
     };
-    work next = l_size > 1 ? scatter(0) : work{};
-    const float inv = op == reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
+    dist::work next = l_size > 1 ? scatter(0) : dist::work{};
+    const float inv = op == dist::reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
     for (index_t k = 0; k < pieces; ++k) {
       float* part = mine + k * p;
       // 1. The host's fp32 sum of my part of piece k (started one piece ahead).
@@ -169,8 +169,8 @@ class hierarchical {
       }
       // 2. Between hosts, compressed with error feedback on this hop only.
       const index_t valid = std::clamp<index_t>(piece_len(k) - l * count(k), 0, count(k));
-      dist::compressed_allreduce(cross_, c, part, valid, bucket * max_pieces + static_cast<std::size_t>(k),
-                                 reduce_op::sum, &s);
+      compression::compressed_allreduce(cross_, c, part, valid, bucket * max_pieces + static_cast<std::size_t>(k),
+                                 dist::reduce_op::sum, &s);
       if (inv != 1.0f)
         for (index_t i = 0; i < valid; ++i) part[i] *= inv;
       // 3. Every part of piece k to every rank of the host, fp32 (waited for at the end).
@@ -194,4 +194,4 @@ class hierarchical {
   Comm world_, local_, cross_;
 };
 
-}  // namespace trainkit::dist
+}  // namespace trainkit::compression

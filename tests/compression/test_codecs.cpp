@@ -12,11 +12,12 @@
 #include <random>
 #include <vector>
 
-#include "trainkit/dist/compression.hpp"
-#include "trainkit/dist/quantized_allreduce.hpp"
+#include "trainkit/compression/codecs.hpp"
+#include "trainkit/compression/quantized_allreduce.hpp"
 #include "trainkit/dist/thread_group.hpp"
 
 namespace dist = trainkit::dist;
+namespace compression = trainkit::compression;
 using trainkit::index_t;
 
 namespace {
@@ -49,8 +50,8 @@ float absmax(const float* x, index_t n) {
 
 TEST_CASE("compression: fp16 and bf16 round trips are correctly rounded", "[dist][compression]") {
   const auto x = random_values(1000, 1, 3.0f);
-  const auto h = round_trip<dist::fp16>(x);
-  const auto b = round_trip<dist::bf16>(x);
+  const auto h = round_trip<compression::fp16>(x);
+  const auto b = round_trip<compression::bf16>(x);
   for (std::size_t i = 0; i < x.size(); ++i) {
     REQUIRE(h[i] == static_cast<float>(trainkit::half(x[i])));
     REQUIRE(b[i] == static_cast<float>(trainkit::bfloat16(x[i])));
@@ -58,7 +59,7 @@ TEST_CASE("compression: fp16 and bf16 round trips are correctly rounded", "[dist
     REQUIRE(std::fabs(b[i] - x[i]) <= std::fabs(x[i]) * 0x1p-8f);
   }
   // Finite values beyond fp16's range saturate; inf and NaN pass through.
-  const auto s = round_trip<dist::fp16>({1e6f, -1e6f, std::numeric_limits<float>::infinity(), NAN});
+  const auto s = round_trip<compression::fp16>({1e6f, -1e6f, std::numeric_limits<float>::infinity(), NAN});
   CHECK(s[0] == 65504.0f);
   CHECK(s[1] == -65504.0f);
   CHECK(std::isinf(s[2]));
@@ -66,8 +67,8 @@ TEST_CASE("compression: fp16 and bf16 round trips are correctly rounded", "[dist
 }
 
 TEST_CASE("compression: the fp16 codec converts exactly like trainkit::half", "[dist][compression]") {
-  const dist::detail::compress_fp16_decode_fn dec;
-  const dist::detail::compress_fp16_encode_fn enc;
+  const compression::detail::compress_fp16_decode_fn dec;
+  const compression::detail::compress_fp16_encode_fn enc;
   for (std::uint32_t b = 0; b < 65536; ++b) {  // every half decodes exactly, and encodes back
     const auto h = trainkit::half::from_bits(static_cast<std::uint16_t>(b));
     const float f = static_cast<float>(h);
@@ -97,7 +98,7 @@ TEST_CASE("compression: the fp16 codec converts exactly like trainkit::half", "[
 
 TEST_CASE("compression: int8_block error is at most half a step of its block's scale", "[dist][compression]") {
   constexpr index_t B = 64;
-  using C = dist::int8_block<B>;
+  using C = compression::int8_block<B>;
   auto x = random_values(B * 20, 2);
   for (index_t i = 0; i < B; ++i) x[static_cast<std::size_t>(i)] *= 1000.0f;  // blocks of very different ranges
   for (index_t i = B; i < 2 * B; ++i) x[static_cast<std::size_t>(i)] = 0.0f;  // an all-zero block
@@ -120,7 +121,7 @@ TEST_CASE("compression: int8_block error is at most half a step of its block's s
 
 TEST_CASE("compression: sign_1bit sends sign(x) * mean|x| of the block", "[dist][compression]") {
   constexpr index_t B = 32;
-  using C = dist::sign_1bit_block<B>;
+  using C = compression::sign_1bit_block<B>;
   const auto x = random_values(B * 7, 3);
   const auto y = round_trip<C>(x);
   for (index_t b = 0; b < 7; ++b) {
@@ -141,15 +142,15 @@ TEST_CASE("compression: a non-finite block decodes to NaN and leaves no residual
   std::vector<float> x(2 * B, 1.0f);
   x[3] = std::numeric_limits<float>::infinity();
   std::vector<float> residual(2 * B, 0.0f), sent(2 * B);
-  std::vector<std::uint8_t> wire(dist::int8_block<B>::wire_bytes(2 * B));
-  dist::encode_with_feedback<dist::int8_block<B>>(x.data(), 2 * B, residual.data(), wire.data(), sent.data());
+  std::vector<std::uint8_t> wire(compression::int8_block<B>::wire_bytes(2 * B));
+  compression::encode_with_feedback<compression::int8_block<B>>(x.data(), 2 * B, residual.data(), wire.data(), sent.data());
   for (index_t i = 0; i < B; ++i) REQUIRE(std::isnan(sent[static_cast<std::size_t>(i)]));  // the loss scaler sees it
   for (index_t i = B; i < 2 * B; ++i) REQUIRE(sent[static_cast<std::size_t>(i)] == 1.0f);
   for (float r : residual) REQUIRE(r == 0.0f);  // nothing poisons the next steps
 }
 
 TEMPLATE_TEST_CASE("compression: a block with a NaN or inf writes and decodes to the one NaN 0x7fc00000",
-                   "[dist][compression]", dist::int8_block<16>, dist::sign_1bit_block<16>) {
+                   "[dist][compression]", compression::int8_block<16>, compression::sign_1bit_block<16>) {
   // A GPU encodes the same bytes (tests/cuda/test_nn_ops.cu): NaN arithmetic keeps the operand's
   // payload on x86 and gives 0x7fffffff on a GPU, so the codecs select a fixed NaN instead.
   using C = TestType;
@@ -164,7 +165,7 @@ TEMPLATE_TEST_CASE("compression: a block with a NaN or inf writes and decodes to
     std::uint32_t scale = 0;
     std::memcpy(&scale, wire.data(), 4);
     const bool is_inf = nan == 0xff800000u;
-    if (!is_inf || std::is_same_v<C, dist::int8_block<B>>) REQUIRE(scale == 0x7fc00000u);  // int8: NaN for inf too
+    if (!is_inf || std::is_same_v<C, compression::int8_block<B>>) REQUIRE(scale == 0x7fc00000u);  // int8: NaN for inf too
     else REQUIRE(scale == 0x7f800000u);  // 1-bit: mean |x| = +inf
     std::vector<float> y(2 * B, 1.0f);
     C::decode(wire.data(), 2 * B, y.data());
@@ -178,7 +179,7 @@ TEMPLATE_TEST_CASE("compression: a block with a NaN or inf writes and decodes to
 }
 
 TEMPLATE_TEST_CASE("compression: error feedback - what was sent sums to the true gradients minus the residual",
-                   "[dist][compression]", dist::fp16, dist::bf16, dist::int8_block<32>, dist::sign_1bit_block<32>) {
+                   "[dist][compression]", compression::fp16, compression::bf16, compression::int8_block<32>, compression::sign_1bit_block<32>) {
   using C = TestType;
   constexpr index_t n = 32 * 16;
   constexpr int steps = 400;
@@ -190,7 +191,7 @@ TEMPLATE_TEST_CASE("compression: error feedback - what was sent sums to the true
     // A gradient with a persistent mean (what training sees) plus noise.
     auto g = random_values(n, 100 + static_cast<unsigned>(k), 0.5f);
     for (index_t i = 0; i < n; ++i) g[static_cast<std::size_t>(i)] += 0.01f * static_cast<float>(i % 7 - 3);
-    dist::encode_with_feedback<C>(g.data(), n, residual.data(), wire.data(), sent.data());
+    compression::encode_with_feedback<C>(g.data(), n, residual.data(), wire.data(), sent.data());
     for (index_t i = 0; i < n; ++i) {
       const auto j = static_cast<std::size_t>(i);
       sum_sent[j] += sent[j];
@@ -215,7 +216,7 @@ TEMPLATE_TEST_CASE("compression: error feedback - what was sent sums to the true
 }
 
 TEMPLATE_TEST_CASE("compression: encode_residual = encode, decode and subtract", "[dist][compression]",
-                   dist::int8_block<32>, dist::int8_block<100>, dist::sign_1bit_block<64>) {
+                   compression::int8_block<32>, compression::int8_block<100>, compression::sign_1bit_block<64>) {
   using C = TestType;
   constexpr index_t n = 1600;  // whole blocks of each B
   auto x = random_values(n, 9, 2.0f);
@@ -227,7 +228,7 @@ TEMPLATE_TEST_CASE("compression: encode_residual = encode, decode and subtract",
   C::decode(w1.data(), n, sent.data());
   for (index_t i = 0; i < n; ++i) {
     const auto k = static_cast<std::size_t>(i);
-    r1[k] = dist::detail::compress_residual_fn{}(x[k], sent[k]);
+    r1[k] = compression::detail::compress_residual_fn{}(x[k], sent[k]);
   }
   C::encode_residual(x.data(), n, w2.data(), r2.data());
   REQUIRE(w1 == w2);
@@ -238,20 +239,20 @@ TEMPLATE_TEST_CASE("compression: encode_residual = encode, decode and subtract",
 }
 
 TEST_CASE("compression: state() and load_state() restore the residuals", "[dist][compression]") {
-  dist::int8 c;
+  compression::int8 c;
   std::fill_n(c.feedback().worker(0, 5), 5, 0.25f);
   std::fill_n(c.feedback().server(2, 3), 3, -1.0f);
   const auto s = c.state();
   REQUIRE(s.size() == 2);
   CHECK(s[0].first == "worker.0");
   CHECK(s[1].first == "server.2");
-  dist::int8 d;
+  compression::int8 d;
   d.load_state(s);
   CHECK(d.feedback().worker(0, 5)[4] == 0.25f);
   CHECK(d.feedback().server(2, 3)[0] == -1.0f);
-  dist::compression_state bad = {{"weights.0", trainkit::tensor<float>::zeros({2})}};
+  compression::compression_state bad = {{"weights.0", trainkit::tensor<float>::zeros({2})}};
   CHECK_THROWS_WITH(d.load_state(bad), Catch::Contains("weights.0"));
-  CHECK(dist::none{}.state().empty());
+  CHECK(compression::none{}.state().empty());
 }
 
 namespace {
@@ -268,8 +269,8 @@ void check_allreduce(int world, index_t n, dist::reduce_op op, double rel_tol) {
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
     auto x = rank_input(n, comm.rank());
     C c;
-    dist::compress_workspace ws;
-    dist::compressed_allreduce(comm, c, x.data(), n, 0, op, &ws);
+    compression::compress_workspace ws;
+    compression::compressed_allreduce(comm, c, x.data(), n, 0, op, &ws);
     results[static_cast<std::size_t>(comm.rank())] = x;
   });
   std::vector<double> exact(static_cast<std::size_t>(n), 0.0);
@@ -306,11 +307,11 @@ TEST_CASE("compressed_allreduce: any length and world size, every policy", "[dis
     for (index_t n : {index_t(0), index_t(1), index_t(7), index_t(130), index_t(1000), index_t(4099)}) {
       INFO("world " << world << ", n " << n);
       for (auto op : {dist::reduce_op::sum, dist::reduce_op::avg}) {
-        check_allreduce<dist::none>(world, n, op, 1e-6);
-        check_allreduce<dist::fp16>(world, n, op, 2 * 0x1p-11);
-        check_allreduce<dist::bf16>(world, n, op, 2 * 0x1p-8);
+        check_allreduce<compression::none>(world, n, op, 1e-6);
+        check_allreduce<compression::fp16>(world, n, op, 2 * 0x1p-11);
+        check_allreduce<compression::bf16>(world, n, op, 2 * 0x1p-8);
         // Quantization on each rank (half a step of 1/127) plus once more on the sum.
-        check_allreduce<dist::int8_block<64>>(world, n, op, 2.0 / 254 + 1e-6);
+        check_allreduce<compression::int8_block<64>>(world, n, op, 2.0 / 254 + 1e-6);
       }
     }
   }
@@ -324,8 +325,8 @@ TEST_CASE("compressed_allreduce: int8 stays right when the sum overflows int8", 
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
     std::vector<float> x(n);
     for (index_t i = 0; i < n; ++i) x[static_cast<std::size_t>(i)] = 100.0f - 0.001f * static_cast<float>(i % 10);
-    dist::int8_block<128> c;
-    dist::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::sum);
+    compression::int8_block<128> c;
+    compression::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::sum);
     out[static_cast<std::size_t>(comm.rank())] = x;
   });
   for (const auto& y : out)
@@ -336,8 +337,8 @@ TEST_CASE("compressed_allreduce: int8 stays right when the sum overflows int8", 
   // fp16: the average of values near fp16's maximum whose sum is far beyond it.
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
     std::vector<float> x(n, 60000.0f + 100.0f * static_cast<float>(comm.rank()));
-    dist::fp16 c;
-    dist::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::avg);
+    compression::fp16 c;
+    compression::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::avg);
     out[static_cast<std::size_t>(comm.rank())] = x;
   });
   for (const auto& y : out)
@@ -360,8 +361,8 @@ TEST_CASE("compressed_allreduce: 1-bit with error feedback converges to the aver
     const auto me = static_cast<std::size_t>(comm.rank());
     const auto g = rank_input(n, comm.rank());
     std::vector<double> acc(n, 0.0);
-    dist::sign_1bit_block<64> c;
-    dist::compress_workspace ws;
+    compression::sign_1bit_block<64> c;
+    compression::compress_workspace ws;
     auto worst_error = [&](int steps) {
       double worst = 0;
       for (index_t i = 0; i < n; ++i) {
@@ -372,7 +373,7 @@ TEST_CASE("compressed_allreduce: 1-bit with error feedback converges to the aver
     };
     for (int k = 1; k <= 1024; ++k) {
       auto x = g;
-      dist::compressed_allreduce(comm, c, x.data(), n, 5, dist::reduce_op::avg, &ws);
+      compression::compressed_allreduce(comm, c, x.data(), n, 5, dist::reduce_op::avg, &ws);
       for (index_t i = 0; i < n; ++i) acc[static_cast<std::size_t>(i)] += x[static_cast<std::size_t>(i)];
       if (k == 1 || k == 256 || k == 1024) worst[me].push_back(worst_error(k));
     }
@@ -395,15 +396,15 @@ TEST_CASE("compressed_allreduce: bytes on the wire, counted", "[dist][compressio
   dist::thread_group::run(world, [&](dist::thread_group& comm) {
     auto x = rank_input(n, comm.rank());
     const auto r = static_cast<std::size_t>(comm.rank());
-    dist::none a;
-    dist::int8 b;
-    dist::sign_1bit c;
-    dist::fp16 d;
-    dist::compress_workspace ws;
-    dist::compressed_allreduce(comm, a, x.data(), n, 0, dist::reduce_op::avg, &ws);
-    dist::compressed_allreduce(comm, b, x.data(), n, 0, dist::reduce_op::avg, &ws);
-    dist::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::avg, &ws);
-    dist::compressed_allreduce(comm, d, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    compression::none a;
+    compression::int8 b;
+    compression::sign_1bit c;
+    compression::fp16 d;
+    compression::compress_workspace ws;
+    compression::compressed_allreduce(comm, a, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    compression::compressed_allreduce(comm, b, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    compression::compressed_allreduce(comm, c, x.data(), n, 0, dist::reduce_op::avg, &ws);
+    compression::compressed_allreduce(comm, d, x.data(), n, 0, dist::reduce_op::avg, &ws);
     fp32[r] = a.bytes_sent();
     i8[r] = b.bytes_sent();
     s1[r] = c.bytes_sent();
@@ -423,9 +424,9 @@ TEST_CASE("compressed_allreduce: only sum and avg", "[dist][compression][allredu
   bool threw = false;
   dist::thread_group::run(1, [&](dist::thread_group& comm) {
     float x = 1;
-    dist::int8 c;
+    compression::int8 c;
     try {
-      dist::compressed_allreduce(comm, c, &x, 1, 0, dist::reduce_op::max);
+      compression::compressed_allreduce(comm, c, &x, 1, 0, dist::reduce_op::max);
     } catch (const trainkit::value_error&) {
       threw = true;
     }
