@@ -33,7 +33,7 @@
 #include "trainkit/core/shape.hpp"               // index_t
 #include "trainkit/core/tensor.hpp"              // tensor
 #include "trainkit/data/idx.hpp"                 // detail::errno_message
-#include "trainkit/data/mnist.hpp"               // split, basic_dataset
+#include "trainkit/data/dataset.hpp"             // split, basic_dataset
 
 namespace trainkit::data {
 

@@ -1,4 +1,5 @@
-// trainkit/data/data.hpp - umbrella of the data component: IDX/MNIST readers and mini-batches.
+// trainkit/data/data.hpp - umbrella of the data component: data sets in memory, the IDX, MNIST and
+// CIFAR-10 readers, samplers, transforms and the loaders of mini-batches.
 #pragma once
 
 #include "trainkit/data/batch.hpp"
@@ -6,6 +7,7 @@
 #include "trainkit/data/cifar10.hpp"
 #include "trainkit/data/distributed_sampler.hpp"
 #include "trainkit/data/idx.hpp"
+#include "trainkit/data/dataset.hpp"
 #include "trainkit/data/loader.hpp"
 #include "trainkit/data/mnist.hpp"
 #include "trainkit/data/permutation.hpp"

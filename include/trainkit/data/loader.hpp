@@ -37,70 +37,12 @@
 #include "trainkit/core/tensor.hpp"               // tensor
 #include "trainkit/data/batch.hpp"                // batch, cursor_iterator
 #include "trainkit/data/distributed_sampler.hpp"  // distributed_sampler (the default sampler)
-#include "trainkit/data/mnist.hpp"                // basic_dataset
+#include "trainkit/data/dataset.hpp"              // indexable_dataset, tensor_dataset
 #include "trainkit/data/transforms.hpp"           // any_transform, sample_rng, image_shape
 
 namespace trainkit::data {
 
-// ---- What the loader reads from --------------------------------------------------------------------
-
-/// A dataset the loader can read sample by sample. A model provides
-///   index_t size() const                                 - number of samples
-///   shape sample_shape() const                           - sizes of one sample ([C, H, W], ...)
-///   void get(index_t i, float* image, std::int64_t* label) const
-///                                                        - writes sample i (numel(sample_shape())
-///                                                          floats) and its label; may throw
-/// get() is called concurrently from the worker threads, so it must be safe to call in parallel
-/// (read-only state, or its own locking). The loader holds a copy: make copies cheap (share the
-/// data, as tensor_dataset does).
-template <class D>
-concept indexable_dataset = std::copy_constructible<D> &&
-    requires(const D& d, index_t i, float* image, std::int64_t* label) {
-  { d.size() } -> std::convertible_to<index_t>;
-  { d.sample_shape() } -> std::convertible_to<shape>;
-  d.get(i, image, label);
-};
-
-/// images [N, ...] and labels [N] in memory as an indexable_dataset (shares the tensors; a
-/// non-contiguous tensor is made contiguous once). Converts from a loaded dataset (load_mnist,
-/// load_cifar10).
-class tensor_dataset {
- public:
-  tensor_dataset(const tensor<float>& images, const tensor<std::int64_t>& labels) {
-    TRAINKIT_CHECK(images.defined() && labels.defined(), value_error, "tensor_dataset",
-                   "images and labels must be defined");
-    TRAINKIT_CHECK(images.dim() >= 1, shape_error, "tensor_dataset",
-                   "images need a sample dimension, got sizes " << trainkit::to_string(images.sizes()));
-    TRAINKIT_CHECK(labels.dim() == 1 && labels.size(0) == images.size(0), shape_error, "tensor_dataset",
-                   "labels must be [N] with N = images.size(0); images "
-                       << trainkit::to_string(images.sizes()) << ", labels "
-                       << trainkit::to_string(labels.sizes()));
-    x_ = images.contiguous();
-    y_ = labels.contiguous();
-    sample_shape_.assign(x_.sizes().begin() + 1, x_.sizes().end());
-    row_ = trainkit::numel(sample_shape_);
-  }
-  tensor_dataset(const basic_dataset<float>& d) : tensor_dataset(d.images, d.labels) {}  // NOLINT: implicit
-
-  index_t size() const noexcept { return y_.numel(); }
-  const shape& sample_shape() const noexcept { return sample_shape_; }
-
-  void get(index_t i, float* image, std::int64_t* label) const {
-    TRAINKIT_CHECK(i >= 0 && i < size(), index_error, "tensor_dataset::get",
-                   "sample " << i << " is outside [0, " << size() << ")");
-    if (row_) std::memcpy(image, x_.data() + i * row_, static_cast<std::size_t>(row_) * sizeof(float));
-    *label = y_.data()[i];
-  }
-
-  const tensor<float>& images() const noexcept { return x_; }
-  const tensor<std::int64_t>& labels() const noexcept { return y_; }
-
- private:
-  tensor<float> x_;
-  tensor<std::int64_t> y_;
-  shape sample_shape_;
-  index_t row_ = 0;
-};
+// ---- Which samples the loader reads (the data set: data/dataset.hpp) ----------------------------
 
 /// Which indices the loader visits, and where it is in them. A model provides
 ///   const std::vector<index_t>& indices() const   - this epoch's indices, in visiting order

@@ -17,12 +17,10 @@
 #include "trainkit/core/error.hpp"               // io_error, value_error
 #include "trainkit/core/shape.hpp"               // index_t, to_string
 #include "trainkit/core/tensor.hpp"              // tensor
+#include "trainkit/data/dataset.hpp"             // split, basic_dataset
 #include "trainkit/data/idx.hpp"                 // read_idx
 
 namespace trainkit::data {
-
-/// Which half of the dataset: the training files (train-*) or the test files (t10k-*).
-enum class split { train, test };
 
 /// Number of classes in MNIST and Fashion-MNIST; every label must be below it.
 inline constexpr index_t mnist_classes = 10;
@@ -41,19 +39,6 @@ struct mnist_options {
   /// Keep only the first `limit` samples (the whole file is still read and validated).
   std::optional<index_t> limit = std::nullopt;
 };
-
-/// Images and labels of one split.
-/// \tparam T element type of the images (float by default)
-template <floating_element T = float>
-struct basic_dataset {
-  tensor<T> images;             ///< [N, 1, rows, cols], pixels scaled (and normalised)
-  tensor<std::int64_t> labels;  ///< [N], each in [0, mnist_classes)
-
-  index_t size() const { return labels.defined() ? labels.numel() : 0; }
-};
-
-/// The float dataset, the common case.
-using dataset = basic_dataset<float>;
 
 namespace detail {
 
@@ -96,12 +81,12 @@ basic_dataset<T> load_mnist(const std::filesystem::path& dir, split which,
 
   TRAINKIT_CHECK(images.type == idx_ubyte && images.dims.size() == 3, io_error, "load_mnist",
                  "'" << image_path.string() << "' should hold ubyte images [N, rows, cols], it holds "
-                     << idx_type_name(images.type) << " " << to_string(images.dims));
+                     << idx_type_name(images.type) << " " << trainkit::to_string(images.dims));
   TRAINKIT_CHECK(images.dims[1] > 0 && images.dims[2] > 0, io_error, "load_mnist",
-                 "'" << image_path.string() << "' has empty images: dims " << to_string(images.dims));
+                 "'" << image_path.string() << "' has empty images: dims " << trainkit::to_string(images.dims));
   TRAINKIT_CHECK(labels.type == idx_ubyte && labels.dims.size() == 1, io_error, "load_mnist",
                  "'" << label_path.string() << "' should hold ubyte labels [N], it holds "
-                     << idx_type_name(labels.type) << " " << to_string(labels.dims));
+                     << idx_type_name(labels.type) << " " << trainkit::to_string(labels.dims));
   TRAINKIT_CHECK(images.dims[0] == labels.dims[0], io_error, "load_mnist",
                  "'" << image_path.string() << "' holds " << images.dims[0] << " images but '"
                      << label_path.string() << "' holds " << labels.dims[0] << " labels");
