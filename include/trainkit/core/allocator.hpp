@@ -53,7 +53,7 @@ namespace detail {
 /// The host allocator's cache of freed blocks of 64 KiB and more, by size (rounded up to 4 KiB):
 /// a training step frees and asks again for the same activation and gradient buffers every
 /// step, and through malloc those above its mmap threshold came back from the kernel as fresh,
-/// zero-filled pages each time - page faults were 15-30 % of a CNN or fp16 step. Never destroyed
+/// zero-filled pages each time, and the page faults cost a sizeable share of a step. Never destroyed
 /// (a tensor in a static may be freed after any other static's destructor), so it is a pointer.
 struct host_block_cache {
   static constexpr std::size_t min_bytes = std::size_t(64) << 10;

@@ -4,9 +4,8 @@
 // the program loads, before main() and before any constructor of the program's own code. Their
 // defaults hurt exactly the users trainkit is for: one thread per core in every process (so two
 // ranks on a node each start all cores' worth of threads), and workers that spin for a while after
-// every parallel region (so a process next to a busy one burns the cores the other needs).
-// Measured on 2 cores, the MLP example next to a second copy of itself: 3.2-3.8x slower than
-// alone with libgomp's defaults.
+// every parallel region (so a process next to a busy one burns the cores the other needs;
+// benchmarks/README.md, "Shared cores", has the figures).
 //
 // TRAINKIT_THREAD_DEFAULTS(), written once at namespace scope in the file that holds main(),
 // adds to the environment what the user has not set:

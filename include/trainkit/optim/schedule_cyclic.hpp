@@ -19,8 +19,7 @@ enum class cyclic_mode { triangular, triangular2, exp_range };
 
 /// Options of cyclic_lr (torch's defaults). The range depends on the optimizer: base 1e-3 and
 /// max 0.1 are Smith's ranges for SGD with momentum; for Adam/AdamW take about a tenth of the rate
-/// that trains well constant (e.g. base 1e-4, max 1e-3): with AdamW, 1e-3..0.1 diverged (test
-/// accuracy 10% on Fashion-MNIST). Find the range with an LR range test (rising rate, watch the loss).
+/// that trains well constant (e.g. base 1e-4, max 1e-3): SGD's range makes AdamW diverge. Find the range with an LR range test (rising rate, watch the loss).
 struct cyclic_lr_options {
   double base_lr = 1e-3;
   double max_lr = 0.1;

@@ -37,8 +37,8 @@ inline bool blas_threads_are_openmp() {
 
 /// With any other OpenBLAS build, one thread pool for the whole library. The pthreads build keeps
 /// its own workers spinning for a while after each call; next to OpenMP's workers on the same
-/// cores the two pools fight: on 2 cores a 1.8 MB copy right after a GEMM measured 100x slower
-/// (8 ms instead of 0.08 ms). So that OpenBLAS runs single-threaded and gemm below splits large
+/// cores the two pools fight, and an OpenMP loop right after a GEMM waits for cores the spinning
+/// workers hold (benchmarks/README.md, "Figures behind the code"). So that OpenBLAS runs single-threaded and gemm below splits large
 /// products over OpenMP threads itself (and stays single-threaded inside a parallel region, so
 /// kernels such as convolution can run one GEMM per thread).
 /// Never called for the OpenMP build: there openblas_set_num_threads(1) is omp_set_num_threads(1),
@@ -69,8 +69,8 @@ struct blas<cpu> {
       if constexpr (std::is_same_v<T, float>) {
         if (route == cpu_gemm_route::onednn) return true;
 #if TRAINKIT_HAS_OPENMP
-        // Inside a parallel region (a convolution's per-image GEMMs) OpenBLAS: the CNN step was
-        // 1.14x slower at 2 threads with those calls on oneDNN, the top-level MLP GEMMs 0.75x faster.
+        // Inside a parallel region (a convolution's per-image GEMMs) OpenBLAS: oneDNN's per-call
+        // overhead is paid once per image there, while it pays off on a top-level product.
         if (omp_in_parallel()) return false;
 #endif
         return onednn_prefers_f32(m, n, k);

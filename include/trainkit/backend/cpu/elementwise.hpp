@@ -83,8 +83,8 @@ struct elementwise<cpu> {
       }
       // A local copy of the functor: its fields (an optimizer's rates, a scale) are floats that a
       // float store through the operands could alias for all the compiler knows, so read through a
-      // reference they were reloaded per element and the loop stayed scalar (sgd's update took 16 %
-      // of an fp32 MLP step); a copy on this stack frame cannot be aliased, and the loop vectorises.
+      // reference they would be reloaded per element and the loop would stay scalar; a copy on this
+      // stack frame cannot be aliased, and the loop vectorises.
       const F local = f;
       std::tuple<P*...> base{(ptrs + off[I])...};
 #if TRAINKIT_HAS_OPENMP

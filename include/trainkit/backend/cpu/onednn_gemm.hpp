@@ -24,10 +24,9 @@
 
 namespace trainkit::backend {
 
-/// The fp32 rule of the automatic route, measured with bench_gemm on a 2-vCPU AVX-512 VM (figures
-/// in benchmarks/README.md): oneDNN is ~10 % faster from 1 M multiply-adds (the MLP/CNN products,
-/// the per-image convolution GEMMs) to 512^3; below, its ~8 us call overhead loses (M or K ~10);
-/// from 1024^3 OpenBLAS is as fast or faster.
+/// The fp32 rule of the automatic route (bench_gemm; figures in benchmarks/README.md, "CPU GEMM"):
+/// oneDNN from 2^20 multiply-adds (the MLP/CNN products, the per-image convolution GEMMs) up to
+/// 2^28; below, its per-call overhead loses; above, OpenBLAS is as fast or faster.
 inline bool onednn_prefers_f32(index_t m, index_t n, index_t k) {
   const double work = double(m) * double(n) * double(k);
   return work >= double(1 << 20) && work < double(1 << 28);
