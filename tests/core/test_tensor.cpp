@@ -1,8 +1,6 @@
 // Tensors on the CPU: construction, metadata, views, the allocator's accounting and cache, storage.
 #include <catch2/catch.hpp>
 
-#include <cblas.h>
-
 #include <cmath>
 #include <cstdint>
 #include <limits>
