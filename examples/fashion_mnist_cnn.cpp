@@ -16,15 +16,48 @@
 // TensorBoard scalars per epoch.
 // The loop is written out by hand; fashion_mnist_mlp shows the same job through train::train_step.
 //
-// Reading order: train<Precision>() is the whole job, top to bottom; main() parses the flags and
-// picks which train() to run.
+// Reading order: fashion_cnn() is the model; train<Precision>() is the whole job, top to bottom;
+// main() parses the flags and picks which train() to run.
+//
+// The model is reused, not copied: fashion_mnist_cnn.cu (the same job on a GPU), fashion_mnist_ddp
+// and the benchmarks that time it include this file with FASHION_MNIST_CNN_MODEL_ONLY defined,
+// which keeps the includes and fashion_cnn() and leaves out the rest (the job and main()).
+#include <array>
 #include <cstdio>
 #include <exception>
+#include <memory>
 
 #include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train::accuracy
 
-#include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
-#include "common/fashion_cnn.hpp"  // the model
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+
+namespace example {
+
+/// The model: [N,1,28,28] -> conv block (32) -> [N,32,14,14] -> conv block (64) -> [N,64,7,7] ->
+/// flatten -> 3136 -> 128 -> ReLU -> dropout -> 10, where a conv block is conv 3x3 (padding 1) -
+/// batch norm - ReLU - max pool 2x2. Parameters are drawn from the default generator (PyTorch's
+/// initialisations) on the host, so a CUDA model starts from the CPU model's values.
+/// \tparam Device trainkit::cpu or trainkit::cuda
+template <class Device = trainkit::cpu>
+std::shared_ptr<trainkit::nn::sequential<float, Device>> fashion_cnn(double dropout = 0.2) {
+  namespace nn = trainkit::nn;
+  using k = std::array<trainkit::index_t, 2>;
+  const nn::conv2d_options same{.padding = {1, 1}};
+  const nn::pool2d_options halve{.kernel = {2, 2}};
+  return nn::make_sequential(
+      std::make_shared<nn::conv2d<float, Device>>(1, 32, k{3, 3}, same),
+      std::make_shared<nn::batch_norm2d<float, Device>>(32), std::make_shared<nn::relu<float, Device>>(),
+      std::make_shared<nn::max_pool2d<float, Device>>(halve),
+      std::make_shared<nn::conv2d<float, Device>>(32, 64, k{3, 3}, same),
+      std::make_shared<nn::batch_norm2d<float, Device>>(64), std::make_shared<nn::relu<float, Device>>(),
+      std::make_shared<nn::max_pool2d<float, Device>>(halve), std::make_shared<nn::flatten<float, Device>>(),
+      std::make_shared<nn::linear<float, Device>>(64 * 7 * 7, 128), std::make_shared<nn::relu<float, Device>>(),
+      std::make_shared<nn::dropout<float, Device>>(dropout), std::make_shared<nn::linear<float, Device>>(128, 10));
+}
+
+}  // namespace example
+
+#ifndef FASHION_MNIST_CNN_MODEL_ONLY  // the job and main(): this program's own
 
 // OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
 // well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).
@@ -58,8 +91,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   std::printf("train %lld  test %lld images of %lldx%lld\n", (long long)train.size(), (long long)test.size(),
               (long long)train.images.size(2), (long long)train.images.size(3));
 
-  // Model: [N,1,28,28] -> conv block (32) -> [N,32,14,14] -> conv block (64) -> [N,64,7,7] -> MLP head.
-  auto model = example::fashion_cnn();
+  auto model = example::fashion_cnn();  // the model above
   std::printf("parameters: %lld\n", (long long)model->num_parameters());
   std::printf("%s\n", example::threads_line().c_str());
 
@@ -166,3 +198,5 @@ int main(int argc, char** argv) try {
   std::fprintf(stderr, "fashion_mnist_cnn: %s\n", e.what());
   return 1;
 }
+
+#endif  // FASHION_MNIST_CNN_MODEL_ONLY

@@ -14,15 +14,17 @@
 // metrics as in the CPU example. Exit code 77 without a CUDA device.
 //
 // Reading order: train<Precision>() is the whole job, top to bottom; main() parses the flags and
-// picks which train() to run.
+// picks which train() to run. The model is fashion_mnist_cnn.cpp's fashion_cnn(), included from
+// there (only the model: FASHION_MNIST_CNN_MODEL_ONLY).
 #include <cmath>  // NAN: the loss of a step nobody watches is not read back
 #include <cstdio>
 #include <exception>
 
 #include <trainkit/cuda.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train + the CUDA backend
 
-#include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
-#include "common/fashion_cnn.hpp"  // the model
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#define FASHION_MNIST_CNN_MODEL_ONLY
+#include "fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the CPU example's model
 
 namespace tk = trainkit;
 using tk::cuda;
