@@ -3,7 +3,7 @@
 //   build/examples/fashion_mnist_cnn --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N]
 //       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
-//       [--tensorboard DIR]
+//       [--tensorboard DIR] [--log-every N]
 //
 // Reads the IDX files (Debian's dataset-fashion-mnist), trains with SGD + momentum under a
 // cosine schedule with warmup, and prints loss, test accuracy and samples/s per epoch.
@@ -12,8 +12,10 @@
 // --snapshot-dir keeps the whole training state (model, optimizer, scaler, schedule, data order,
 // RNG) there every N steps and on SIGTERM/SIGINT (then exits 75); --resume continues from the newest
 // good snapshot, bit-exactly. --metrics-port serves Prometheus metrics on /metrics, --metrics-log
-// appends them as JSON lines per epoch, --tensorboard DIR writes them (and the test accuracy) as
-// TensorBoard scalars per epoch.
+// appends them as JSON lines and --tensorboard DIR writes them as TensorBoard scalars, every
+// --log-every steps (and the test accuracy per epoch). The loss figures: the epoch line's is the
+// mean over the epoch's samples; the logs' and the progress line's are the mean over the last
+// --log-every steps (example::interval_log); /metrics serves the last step's between log points.
 // The loop is written out by hand; fashion_mnist_mlp shows the same job through train::train_step.
 //
 // Reading order: fashion_cnn() is the model; train<Precision>() is the whole job, top to bottom;
@@ -80,6 +82,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
+  const long log_every = f.num("log-every", 1);
   tk::set_seed(seed);  // every stream: init, dropout
 
   // Data: pixels scaled to [0, 1], then standardised with the training set's mean and std.
@@ -112,6 +115,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
   tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
+  example::interval_log<> interval(monitor, log_every);  // every N steps: their mean loss and samples/s
 
   // Snapshots: everything the next step depends on, including where the loader is in its epoch.
   // The settings that change the trajectory go into every snapshot; a resume that differs is an
@@ -128,6 +132,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
     bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
+    interval.start();
     double loss_sum = 0;
     index_t seen = 0;
     double waited = batches.wait_seconds();
@@ -152,21 +157,23 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),
                                  .loss = loss_value, .learning_rate = opt.lr(), .loss_scale = scaler.get_scale(),
                                  .data_wait_seconds = data_wait});
-      bar.step(b.x.size(0), loss_value);
-      if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+      interval.add(loss_value, b.x.size(0));
+      const bool stop = run.step_done();  // counts the step; SIGTERM/SIGINT: snapshot written
+      // Every --log-every steps: the interval's figures to the logs, its mean loss to the bar.
+      bar.step(b.x.size(0), interval.step_done(run.step(), static_cast<std::int64_t>(epoch) + 1));
+      if (stop) {  // exit cleanly
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return example::exit_restart;  // 75: "run me again" (the snapshot is written)
       }
     }
     bar.end();  // the epoch's summary line takes its place
-    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;  // resumed at the very end of an epoch
     const double secs = clock.seconds();
     const double acc = tk::train::accuracy(*model, test.images, test.labels, tk::amp::module_forward<Precision>{});
     std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
                 loss_sum / double(seen), 100 * acc, double(seen) / secs);
-    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written by monitor.log
+    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written every --log-every steps
       tb->add_scalar("eval/test_accuracy", acc, run.step());
       tb->flush();
     }
@@ -186,7 +193,7 @@ int main(int argc, char** argv) try {
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
                     {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""},
-                    {"tensorboard", ""}});
+                    {"tensorboard", ""}, {"log-every", "50"}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
     case tk::amp::precision_kind::fp32: return train<tk::amp::fp32>(f, recompute);

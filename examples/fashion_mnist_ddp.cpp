@@ -21,8 +21,11 @@
 // --stop-after K stops after K steps of this run as a signal would (snapshot, exit 75).
 // --hierarchical 1: the gradients go through dist::hierarchical - fp32 through shared memory among
 // the ranks of a host, --compression only between hosts (benchmarks/allreduce_netns.sh makes hosts).
-// --metrics-port: rank r serves /metrics on port P + r. --tensorboard DIR: rank 0 writes its metrics (loss, learning rate, communication share ...) and the test accuracy
-// per epoch as TensorBoard scalars. The CUDA build (fashion_mnist_ddp.cu -> fashion_mnist_ddp_cuda)
+// --metrics-port: rank r serves /metrics on port P + r. --tensorboard DIR: rank 0 writes the metrics
+// every --log-every steps and the test accuracy per epoch as TensorBoard scalars. The loss and
+// samples/s there (and on the progress line) are the job's over those N steps: every rank adds its
+// interval's sums at the same steps (example::interval_log); the other figures (learning rate,
+// communication share ...) are rank 0's. The CUDA build (fashion_mnist_ddp.cu -> fashion_mnist_ddp_cuda)
 // runs the same job with one process per GPU; --comm nccl|mpi chooses its gradient transport.
 //
 // Reading order: the model is fashion_mnist_cnn.cpp's fashion_cnn(), included from there (only the
@@ -33,7 +36,6 @@
 // fashion_mnist_ddp.cu includes it with FASHION_MNIST_DDP_JOB_ONLY defined, which leaves out the
 // CPU main() below, and supplies the GPU build's main() (GPU selection, NCCL or MPI gradients).
 #include <algorithm>
-#include <cmath>  // NAN: a step's loss that nobody watches is not read back from the GPU
 #include <cstdint>
 #include <cstdio>
 #include <exception>
@@ -107,6 +109,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const index_t stop_after = f.num("stop-after", 0);  // steps of this run, then stop as on a signal
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535 - world + 1));
+  const long log_every = f.num("log-every", 1);
 
   // Data: every rank loads all of it (the files are small); the sampler below picks its shard.
   tk::data::mnist_options opts{.mean = tk::data::fashion_mnist_mean, .stddev = tk::data::fashion_mnist_std};
@@ -180,9 +183,13 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   // Rank 0's progress stands for all (every rank takes the same steps); redrawn on a terminal only.
   tk::monitor::progress_line bar({.mode = rank == 0 ? tk::monitor::progress_mode::automatic
                                                     : tk::monitor::progress_mode::never});
-  // On a GPU, reading a step's loss waits for the step: only when someone watches (the epoch's
-  // loss is summed on the device and read once).
-  const bool watched = on_cpu || port > 0 || monitor.tensorboard();
+  // Every --log-every steps the job's mean loss and samples/s: each rank's interval sums (the loss
+  // summed on the device), added over the ranks. On a GPU, reading the loss waits for the step:
+  // only when someone watches, decided from the flags so that every rank agrees.
+  const bool watched = on_cpu || port > 0 || !f.str("tensorboard").empty();
+  example::interval_log<Device> interval(monitor, log_every, watched, [&](double* sums, int n) {
+    comm.allreduce(sums, n, dist::reduce_op::sum).wait();
+  });
 
   for (auto epoch = batches.epoch(); epoch < static_cast<std::uint64_t>(epochs); ++epoch) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
@@ -195,6 +202,7 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
     const bool partial_epoch = batches.sampler().global_position() > 0;
     const auto before = ddp.stats();
     example::stopwatch clock;
+    interval.start();
     double sums[2] = {0, 0};  // loss * samples, samples (this rank)
     auto loss_sum = tk::tensor<float, Device>::zeros({});
     double waited = batches.wait_seconds();
@@ -209,25 +217,26 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
       opt.step();
       schedule.step(opt, global_batch);
       tk::add_(loss_sum, loss.value(), double(b.x.size(0)));
-      const double loss_value = watched ? double(loss.item()) : NAN;  // NaN: not read, not shown
+      interval.add(loss.value(), b.x.size(0));
       sums[1] += double(b.x.size(0));
       const auto step_after = ddp.stats();
       const double data_wait = batches.wait_seconds() - waited;  // next()'s wait for this batch
       waited = batches.wait_seconds();
-      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0), .loss = loss_value,
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),  // loss: per interval
                                  .learning_rate = opt.lr(),
                                  .communication_seconds = step_after.comm_seconds - step_before.comm_seconds,
                                  .bytes_sent = step_after.bytes_sent - step_before.bytes_sent,
                                  .data_wait_seconds = data_wait});
-      bar.step(b.x.size(0) * world, loss_value);  // samples of all ranks
       if (stop_after > 0 && run.step() + 1 - first_step == stop_after) run.request_stop();  // on every rank
-      if (run.step_done()) {  // a rank was signalled: snapshot written, all stop
+      const bool stop = run.step_done();  // counts the step; a rank was signalled: snapshot written
+      // Samples of all ranks; every --log-every steps the job's interval figures to the logs and the bar.
+      bar.step(b.x.size(0) * world, interval.step_done(run.step(), static_cast<std::int64_t>(epoch) + 1));
+      if (stop) {  // all stop
         say_rate("stopped");
         return true;
       }
     }
     bar.end();  // the epoch's summary line takes its place
-    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);  // TensorBoard on rank 0
     if (sums[1] == 0) continue;  // resumed at the very end of an epoch
     sums[0] = double(loss_sum.item());  // waits for the epoch's work
     const double secs = clock.seconds();
@@ -265,7 +274,8 @@ example::flags ddp_flags(int argc, char** argv) {
                          {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                          {"compression", "none"}, {"overlap", "1"}, {"snapshot-dir", ""}, {"resume", "0"},
                          {"snapshot-every", "100"}, {"stop-after", "0"}, {"hierarchical", "0"},
-                         {"metrics-port", "0"}, {"tensorboard", ""}, {"comm", "nccl"}});
+                         {"metrics-port", "0"}, {"tensorboard", ""}, {"log-every", "50"},
+                         {"comm", "nccl"}});
 }
 
 /// Runs train_ddp with the compression policy --compression names.
