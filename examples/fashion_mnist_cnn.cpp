@@ -31,7 +31,7 @@
 
 #include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train::accuracy
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 
 namespace example {
 

@@ -22,7 +22,7 @@
 
 #include <trainkit/cuda.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train + the CUDA backend
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 #define FASHION_MNIST_CNN_MODEL_ONLY
 #include "fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the CPU example's model
 

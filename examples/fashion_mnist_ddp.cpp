@@ -46,7 +46,7 @@
 #include <trainkit/trainkit.hpp>   // tensors, autograd, nn, optim, data, io, monitor, parallel
 #include <trainkit/dist/mpi.hpp>  // dist::mpi: processes, control messages, CPU gradients
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 #define FASHION_MNIST_CNN_MODEL_ONLY
 #include "fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the model of fashion_mnist_cnn
 

@@ -24,7 +24,7 @@
 #include <trainkit/train/train.hpp>  // train_step, accuracy
 #include <trainkit/trainkit.hpp>        // tensors, autograd, nn, optim, data, io, monitor
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 
 // OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
 // well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).

@@ -25,7 +25,7 @@
 
 #include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 #include "common/resnet.hpp"   // the model
 
 // OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
