@@ -23,7 +23,8 @@
 
 #include <trainkit/cuda.cuh>
 
-#include "../examples/common/fashion_cnn.hpp"  // the model of the CNN examples
+#define FASHION_MNIST_CNN_MODEL_ONLY
+#include "../examples/fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the model of the CNN examples
 
 namespace tk = trainkit;
 namespace nn = trainkit::nn;

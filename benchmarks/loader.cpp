@@ -42,7 +42,8 @@
 
 #include "trainkit/trainkit.hpp"
 
-#include "../examples/common/fashion_cnn.hpp"  // the model of the CNN example
+#define FASHION_MNIST_CNN_MODEL_ONLY
+#include "../examples/fashion_mnist_cnn.cpp"  // example::fashion_cnn(), the model of the CNN example
 
 namespace {
 namespace tk = trainkit;

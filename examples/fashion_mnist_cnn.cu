@@ -3,7 +3,7 @@
 //   build/examples/fashion_mnist_cnn_cuda --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N] [--tf32]
 //       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
-//       [--tensorboard DIR]
+//       [--tensorboard DIR] [--log-every N]
 //
 // The same model, data, optimizer and schedule as the CPU example - only the device type differs:
 // layers are nn::conv2d<float, cuda> etc., each batch is copied to the GPU, and everything else
@@ -11,18 +11,20 @@
 // --precision bf16 runs convolutions and linear layers in bfloat16 with fp32 master weights
 // (cuDNN and cuBLASLt take the 16-bit operands directly); fp16 adds dynamic loss scaling.
 // Prints loss, test accuracy, samples/s and peak GPU memory per epoch. Snapshots, resume and
-// metrics as in the CPU example. Exit code 77 without a CUDA device.
+// metrics (--log-every) as in the CPU example; a step's loss stays on the GPU (summed there per
+// epoch and per --log-every interval, read once each). Exit code 77 without a CUDA device.
 //
 // Reading order: train<Precision>() is the whole job, top to bottom; main() parses the flags and
-// picks which train() to run.
-#include <cmath>  // NAN: the loss of a step nobody watches is not read back
+// picks which train() to run. The model is fashion_mnist_cnn.cpp's fashion_cnn(), included from
+// there (only the model: FASHION_MNIST_CNN_MODEL_ONLY).
 #include <cstdio>
 #include <exception>
 
 #include <trainkit/cuda.cuh>  // tensors, autograd, nn, optim, data, io, monitor, train + the CUDA backend
 
-#include "common/example.hpp"      // flags, stopwatch, digest, run_monitor
-#include "common/fashion_cnn.hpp"  // the model
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
+#define FASHION_MNIST_CNN_MODEL_ONLY
+#include "fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the CPU example's model
 
 namespace tk = trainkit;
 using tk::cuda;
@@ -46,6 +48,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
+  const long log_every = f.num("log-every", 1);
   tk::gpu::settings().allow_tf32 = f.num("tf32", 0, 1) != 0;
   tk::manual_seed(seed);  // init and dropout
 
@@ -83,8 +86,10 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
   tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
-  // Reading a step's loss waits for the GPU to finish the step; do it only when someone watches.
-  const bool watched = monitor.port() > 0 || !f.str("metrics-log").empty() || monitor.tensorboard();
+  // Reading the loss waits for the GPU to finish the step: once per --log-every interval (its sum
+  // grows on the device), and only when someone watches the figures.
+  const bool watched = monitor.port() > 0 || !f.str("metrics-log").empty() || monitor.tensorboard() || bar.live();
+  example::interval_log<cuda> interval(monitor, log_every, watched);
 
   // Snapshots: model and optimizer state come from the device, the loader's place in its epoch
   // and the generator (dropout) from the host.
@@ -100,6 +105,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
     bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
+    interval.start();
     // The epoch's loss is summed on the device: no host sync per step.
     auto loss_sum = tk::tensor<float, cuda>::zeros({});
     index_t seen = 0;
@@ -117,22 +123,24 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
       scaler.update();
       schedule.step(opt);
       tk::add_(loss_sum, loss.value(), double(b.x.size(0)));
+      interval.add(loss.value(), b.x.size(0));
       seen += b.x.size(0);
       const double data_wait = batches.wait_seconds() - waited;  // next()'s wait for this batch
       waited = batches.wait_seconds();
-      const double loss_value = watched ? double(loss.item()) : NAN;  // NaN: not read, not shown
-      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0), .loss = loss_value,
+      monitor.metrics().observe({.seconds = step_clock.seconds(), .samples = b.x.size(0),  // loss: per interval
                                  .learning_rate = opt.lr(), .loss_scale = scaler.get_scale(),
                                  .data_wait_seconds = data_wait});
-      bar.step(b.x.size(0), loss_value, tk::allocator<cuda>::stats().allocated);
-      if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+      const bool stop = run.step_done();  // counts the step; SIGTERM/SIGINT: snapshot written
+      // Every --log-every steps: the interval's figures to the logs, its mean loss to the bar.
+      bar.step(b.x.size(0), interval.step_done(run.step(), static_cast<std::int64_t>(epoch) + 1),
+               tk::allocator<cuda>::stats().allocated);
+      if (stop) {  // exit cleanly
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return example::exit_restart;  // 75: "run me again" (the snapshot is written)
       }
     }
     bar.end();  // the epoch's summary line takes its place
-    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;  // resumed at the very end of an epoch
     const double mean_loss = double(loss_sum.item()) / double(seen);  // waits for the epoch's work
     const double secs = clock.seconds();
@@ -141,7 +149,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
     const auto mem = tk::allocator<cuda>::stats();
     std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s  peak %.1f MiB\n",
                 (long long)epoch + 1, mean_loss, 100 * acc, double(seen) / secs, double(mem.peak) / double(1 << 20));
-    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written by monitor.log
+    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written every --log-every steps
       tb->add_scalar("eval/test_accuracy", acc, run.step());
       tb->flush();
     }
@@ -161,7 +169,7 @@ int main(int argc, char** argv) try {
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"tf32", "0"}, {"snapshot-dir", ""},
                     {"resume", "0"}, {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""},
-                    {"tensorboard", ""}});
+                    {"tensorboard", ""}, {"log-every", "50"}});
   if (!tk::gpu::available()) {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;

@@ -1,5 +1,7 @@
 // fashion_mnist_ddp.cu - fashion_mnist_ddp on GPUs: one process per GPU under mpirun (or srun),
-// the same flags and the same printed figures as the CPU build (examples/common/ddp_train.hpp).
+// the same flags and the same printed figures as the CPU build. The job is fashion_mnist_ddp.cpp's
+// train_ddp<Device, ...>(), included from there without its CPU main() (FASHION_MNIST_DDP_JOB_ONLY);
+// this file is the GPU build's main().
 //
 //   mpirun -np 8 build/examples/fashion_mnist_ddp_cuda --data /usr/share/datasets/fashion-mnist
 //          --epochs 3 --batch 128 --compression none|fp16|bf16|int8|sign_1bit [--comm nccl|mpi]
@@ -18,16 +20,14 @@
 
 #include <trainkit/cuda.cuh>  // everything + the CUDA backend, nccl, data_parallel<..., cuda>
 
-#include "common/ddp_train.hpp"  // the training job, on either device
-
-namespace tk = trainkit;
-namespace dist = trainkit::dist;
+#define FASHION_MNIST_DDP_JOB_ONLY
+#include "fashion_mnist_ddp.cpp"  // the training job, on either device (and the model)
 
 int main(int argc, char** argv) {
   // As fashion_mnist_ddp.cpp: 75 after a stop signal or a failed peer, a rank's own error printed
-  // first and then MPI_Abort for the whole job (example::ddp_main).
-  return example::ddp_main("fashion_mnist_ddp_cuda", argc, argv, [&] {
-    const auto f = example::ddp_flags(argc, argv);
+  // first and then MPI_Abort for the whole job (ddp_main).
+  return ddp_main("fashion_mnist_ddp_cuda", argc, argv, [&] {
+    const auto f = ddp_flags(argc, argv);
     dist::mpi comm;
     if (!tk::gpu::available()) {
       if (comm.rank() == 0) std::printf("SKIPPED: no CUDA device\n");
@@ -41,13 +41,13 @@ int main(int argc, char** argv) {
     if (how == "nccl") {
 #if TRAINKIT_HAS_NCCL
       dist::nccl grads(comm);  // on the local rank's GPU, which it makes current
-      stopped = example::train_ddp_with<tk::cuda, pinned>(comm, grads, f);
+      stopped = train_ddp_with<tk::cuda, pinned>(comm, grads, f);
 #else
       throw std::invalid_argument("--comm nccl: this build has no NCCL (use --comm mpi)");
 #endif
     } else if (how == "mpi") {
       dist::select_local_device();
-      stopped = example::train_ddp_with<tk::cuda, pinned>(comm, comm, f);
+      stopped = train_ddp_with<tk::cuda, pinned>(comm, comm, f);
     } else {
       throw std::invalid_argument("--comm must be nccl or mpi, got '" + how + "'");
     }

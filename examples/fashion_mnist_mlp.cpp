@@ -3,14 +3,17 @@
 //   build/examples/fashion_mnist_mlp --data /usr/share/datasets/fashion-mnist --epochs 8
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N]
 //       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
-//       [--tensorboard DIR]
+//       [--tensorboard DIR] [--log-every N]
 //
 // The smallest complete job: load the IDX files, build the model from nn layers, train with
 // AdamW under a cosine schedule, print loss, test accuracy and samples/s per epoch. Each step is
 // one call of train::train_step, which composes the policies chosen on the command line
 // (precision, loss scaling, recomputation); fashion_mnist_cnn writes the same loop out by hand.
-// Snapshots, resume and metrics as in fashion_mnist_cnn; --tensorboard DIR writes the metrics and
-// the test accuracy per epoch as TensorBoard scalars (`tensorboard --logdir DIR`).
+// Snapshots, resume and metrics as in fashion_mnist_cnn; --tensorboard DIR writes the metrics every
+// --log-every steps and the test accuracy per epoch as TensorBoard scalars (`tensorboard --logdir DIR`).
+// The loss figures: the epoch line's is the mean over the epoch's samples; TensorBoard's
+// train/loss, --metrics-log's trainkit_loss and the progress line's are the mean over the last
+// --log-every steps (example::interval_log); /metrics serves the last step's between log points.
 //
 // Reading order: train<Precision, Recompute>() is the whole job, top to bottom; main() parses the
 // flags and picks which train() to run.
@@ -21,7 +24,7 @@
 #include <trainkit/train/train.hpp>  // train_step, accuracy
 #include <trainkit/trainkit.hpp>        // tensors, autograd, nn, optim, data, io, monitor
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 
 // OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
 // well-behaved on shared cores and under mpirun (trainkit/core/threads.hpp).
@@ -47,6 +50,7 @@ int train(const example::flags& f, Recompute recompute) {
   const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
+  const long log_every = f.num("log-every", 1);
   tk::set_seed(seed);  // every stream: init, dropout
 
   // Data: pixels scaled to [0, 1], then standardised with the training set's mean and std.
@@ -83,6 +87,7 @@ int train(const example::flags& f, Recompute recompute) {
       {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
   tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
+  example::interval_log<> interval(monitor, log_every);  // every N steps: their mean loss and samples/s
 
   // One step = forward (Precision's compute type, Recompute's segments) -> loss -> scaled
   // backward -> unscale and inf check -> optimizer step -> schedule -> metrics.
@@ -106,6 +111,7 @@ int train(const example::flags& f, Recompute recompute) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
     bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
+    interval.start();
     const double waited = batches.wait_seconds();
     double loss_sum = 0;
     index_t seen = 0;
@@ -113,8 +119,11 @@ int train(const example::flags& f, Recompute recompute) {
       const auto r = step(b.x, [&](const tk::var<float>& logits) { return tk::autograd::cross_entropy(logits, b.y); });
       loss_sum += r.loss * double(b.x.size(0));
       seen += b.x.size(0);
-      bar.step(b.x.size(0), r.loss);
-      if (run.step_done()) {  // SIGTERM/SIGINT: snapshot written, exit cleanly
+      interval.add(r.loss, b.x.size(0));
+      const bool stop = run.step_done();  // counts the step; SIGTERM/SIGINT: snapshot written
+      // Every --log-every steps: the interval's figures to the logs, its mean loss to the bar.
+      bar.step(b.x.size(0), interval.step_done(run.step(), static_cast<std::int64_t>(epoch) + 1));
+      if (stop) {  // exit cleanly
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return example::exit_restart;  // 75: "run me again" (the snapshot is written)
@@ -122,13 +131,12 @@ int train(const example::flags& f, Recompute recompute) {
     }
     bar.end();  // the epoch's summary line takes its place
     monitor.metrics().add_data_wait(batches.wait_seconds() - waited);
-    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;  // resumed at the very end of an epoch
     const double secs = clock.seconds();
     const double acc = tk::train::accuracy(*model, test_x, test.labels, tk::amp::module_forward<Precision>{});
     std::printf("epoch %lld  loss %.4f  test accuracy %.2f%%  %.0f samples/s\n", (long long)epoch + 1,
                 loss_sum / double(seen), 100 * acc, double(seen) / secs);
-    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written by monitor.log
+    if (auto* tb = monitor.tensorboard()) {  // beside train/loss etc. written every --log-every steps
       tb->add_scalar("eval/test_accuracy", acc, run.step());
       tb->flush();
     }
@@ -159,7 +167,7 @@ int main(int argc, char** argv) try {
                     {"lr", "0.001"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
                     {"snapshot-every", "500"}, {"metrics-port", "0"}, {"metrics-log", ""},
-                    {"tensorboard", ""}});
+                    {"tensorboard", ""}, {"log-every", "50"}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
     case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);

@@ -5,7 +5,7 @@
 //   build/examples/fashion_mnist_resnet --data /usr/share/datasets/fashion-mnist --epochs 3
 //       [--precision fp32|fp16|bf16] [--checkpoint none|sqrt|every:N] [--width 16]
 //       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--metrics-port P] [--metrics-log F]
-//       [--tensorboard DIR]
+//       [--tensorboard DIR] [--log-every N]
 //
 // --data: the Fashion-MNIST IDX files by default; a directory with CIFAR-10's binary batches
 // (data_batch_1..5.bin, test_batch.bin, or cifar-10-batches-bin/ below it) trains on CIFAR-10.
@@ -14,7 +14,8 @@
 // max pool, residual block) -> global average pool -> linear -> x 0.125. --precision runs every convolution and GEMM in
 // half/bfloat16 through the precision scope (amp::autocast: the module does not know);
 // --checkpoint recomputes the model's named segments (segments(): prep, layer1, layer2, layer3,
-// head) in backward. Flags, snapshots, metrics and printed figures as in the other examples.
+// head) in backward. Flags, snapshots, metrics (--log-every: the mean loss and samples/s of every
+// N steps in the logs and on the progress line) and printed figures as in the other examples.
 #include <cstdio>
 #include <exception>
 #include <filesystem>
@@ -24,7 +25,7 @@
 
 #include <trainkit/trainkit.hpp>  // tensors, autograd, nn, optim, data, io, monitor, train
 
-#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor
+#include "common/example.hpp"  // flags, stopwatch, digest, run_monitor, interval_log
 #include "common/resnet.hpp"   // the model
 
 // OMP_WAIT_POLICY=passive and cores / local ranks threads unless the environment says otherwise:
@@ -84,6 +85,7 @@ int train(const example::flags& f, Recompute recompute) {
   const auto resume = example::resume_flag(f);  // 0, 1 or auto
   const index_t snapshot_every = f.num("snapshot-every", 0);
   const int port = static_cast<int>(f.num("metrics-port", 0, 65535));
+  const long log_every = f.num("log-every", 1);
   tk::set_seed(seed);
 
   auto data = load(f.str("data"), train_limit, test_limit);
@@ -110,6 +112,7 @@ int train(const example::flags& f, Recompute recompute) {
       {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
   tk::monitor::progress_line bar;
+  example::interval_log<> interval(monitor, log_every);  // every N steps: their mean loss and samples/s
 
   // The step: forward under the precision scope and the recompute policy (over the model's
   // segments), loss, scaled backward, unscale + inf check, SGD step, schedule, metrics.
@@ -132,6 +135,7 @@ int train(const example::flags& f, Recompute recompute) {
     if (epoch != batches.epoch()) batches.set_epoch(epoch);
     bar.begin("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(epochs), batches.size(), batches.position());
     example::stopwatch clock;
+    interval.start();
     const double waited = batches.wait_seconds();
     double loss_sum = 0;
     index_t seen = 0;
@@ -139,8 +143,10 @@ int train(const example::flags& f, Recompute recompute) {
       const auto r = step(b.x, [&](const fvar& logits) { return tk::autograd::cross_entropy(logits, b.y); });
       loss_sum += r.loss * double(b.x.size(0));
       seen += b.x.size(0);
-      bar.step(b.x.size(0), r.loss);
-      if (run.step_done()) {
+      interval.add(r.loss, b.x.size(0));
+      const bool stop = run.step_done();
+      bar.step(b.x.size(0), interval.step_done(run.step(), static_cast<std::int64_t>(epoch) + 1));
+      if (stop) {
         bar.end();
         std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
         return example::exit_restart;  // 75: "run me again" (the snapshot is written)
@@ -148,7 +154,6 @@ int train(const example::flags& f, Recompute recompute) {
     }
     bar.end();
     monitor.metrics().add_data_wait(batches.wait_seconds() - waited);
-    monitor.log(run.step(), static_cast<std::int64_t>(epoch) + 1);
     if (seen == 0) continue;
     const double secs = clock.seconds();
     const double acc =
@@ -184,7 +189,7 @@ int main(int argc, char** argv) try {
                     {"lr", "0.05"}, {"train-limit", "0"}, {"test-limit", "0"}, {"seed", "1"}, {"width", "16"},
                     {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""}, {"resume", "0"},
                     {"snapshot-every", "200"}, {"metrics-port", "0"}, {"metrics-log", ""},
-                    {"tensorboard", ""}});
+                    {"tensorboard", ""}, {"log-every", "50"}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
     case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);

@@ -1,6 +1,6 @@
 // examples/common/example.hpp - the little each example needs besides trainkit itself:
-// command-line flags, a timer, the parameters digest and the choice of run_monitor. Kept out of
-// the library on purpose.
+// command-line flags, a timer, the parameters digest, the choice of run_monitor and the figures it
+// logs every --log-every steps. Kept out of the library on purpose.
 #pragma once
 
 #include <charconv>  // std::from_chars: whole-string number parsing
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>  // interval_log's sum over the ranks
 #include <iostream>
 #include <limits>
 #include <map>
@@ -37,8 +38,10 @@ inline const std::map<std::string, std::string>& flag_help() {
       {"data", "directory of the Fashion-MNIST *-ubyte.gz files (the resnet: or CIFAR-10's binary batches)"},
       {"epochs", "passes over the training set"},
       {"hierarchical", "1: fp32 among the ranks of a host, --compression only between hosts; 0: flat"},
+      {"log-every", "steps between log points (steps N, 2N, ... of the run): --metrics-log and --tensorboard "
+                    "write, and the progress line shows, the mean loss and samples/s of those N steps"},
       {"lr", "peak learning rate, reached at the end of the warmup, then a cosine decay"},
-      {"metrics-log", "append the metrics as JSON lines to this file each epoch (empty: off)"},
+      {"metrics-log", "append the metrics as JSON lines to this file every --log-every steps (empty: off)"},
       {"metrics-port", "serve Prometheus metrics on /metrics at this port, rank r at port + r (0: off)"},
       {"overlap", "1: reduce gradient buckets while backward runs; 0: all in finish(), to compare"},
       {"precision", "fp32, bf16 or fp16: linear and conv layers in 16 bits, fp32 master weights"},
@@ -48,7 +51,8 @@ inline const std::map<std::string, std::string>& flag_help() {
       {"snapshot-dir", "keep the whole training state here (empty: off); SIGTERM/SIGINT write one and exit 75"},
       {"snapshot-every", "steps between periodic snapshots"},
       {"stop-after", "stop as a signal would (snapshot, exit 75) after this many steps of this run; 0: never"},
-      {"tensorboard", "write the metrics and the test accuracy as TensorBoard scalars to this directory (empty: off)"},
+      {"tensorboard", "write the metrics every --log-every steps and the test accuracy each epoch as TensorBoard "
+                      "scalars to this directory (empty: off)"},
       {"test-limit", "score only the first N test images (0: all)"},
       {"tf32", "1: fp32 GEMMs and convolutions may use TF32 tensor cores (GPU)"},
       {"train-limit", "train on the first N training images only (0: all)"},
@@ -146,7 +150,6 @@ using run_monitor = trainkit::monitor::run_monitor;
 using run_monitor = trainkit::monitor::basic_run_monitor<>;
 #endif
 
-/// Seconds since construction.
 /// The exit status that asks a scheduler to run the job again (sysexits.h EX_TEMPFAIL): a stop
 /// signal arrived (snapshot written) or a peer rank failed. 1 stays for the user's own errors.
 inline constexpr int exit_restart = 75;
@@ -165,12 +168,81 @@ inline std::string threads_line() {
   return s.str();
 }
 
+/// Seconds since construction.
 class stopwatch {
  public:
   double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
  private:
   std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
+
+/// --log-every N: every N steps of the run (steps N, 2N, ..., counted across epochs), the figures of
+/// those steps go to the logs (monitor.log: --metrics-log, --tensorboard, with every other metric as
+/// the registry holds it) and to the progress line:
+///   loss       the mean over the interval's samples: each step's loss weighted by its batch, so with
+///              equal batches the mean of the N losses (the epoch line's loss is the same over the epoch)
+///   samples/s  the interval's samples over its training time (evaluation between epochs not counted)
+/// After a resume, the first interval holds the steps since the resume. A step's loss stays where it
+/// was computed: on a GPU the interval's sum grows on the device and is read once per interval, and
+/// only when `watched` (someone reads the figures). `sum_over_ranks`, for data-parallel jobs, adds
+/// the ranks' sums (every rank calls step_done() at the same steps): the figures are then the job's.
+/// \tparam Device where a loss given as a tensor is summed (trainkit::cpu or trainkit::cuda)
+template <class Device = trainkit::cpu>
+class interval_log {
+ public:
+  interval_log(run_monitor& monitor, long every, bool watched = true,
+               std::function<void(double* sums, int n)> sum_over_ranks = {})
+      : monitor_(monitor), every_(every), watched_(watched), sum_over_ranks_(std::move(sum_over_ranks)) {}
+
+  /// Before each epoch's steps: the time since the last step (evaluation) is not training time.
+  void start() { last_ = std::chrono::steady_clock::now(); }
+
+  /// One step's loss, read already, and its samples.
+  void add(double loss, trainkit::index_t samples) {
+    host_sum_ += loss * double(samples);
+    samples_ += samples;
+  }
+  /// One step's loss where it was computed (a 0-d tensor: summed there, nothing read), and its samples.
+  void add(const trainkit::tensor<float, Device>& loss, trainkit::index_t samples) {
+    trainkit::add_(device_sum_, loss, double(samples));
+    on_device_ = true;
+    samples_ += samples;
+  }
+
+  /// After step `step` of the run (from 1) in epoch `epoch` (from 1): at every N-th step, writes
+  /// the interval's figures and returns its mean loss (for the progress line); NaN at other steps
+  /// and when not watched.
+  double step_done(std::int64_t step, std::int64_t epoch) {
+    const auto now = std::chrono::steady_clock::now();
+    seconds_ += std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    if (step % every_ != 0) return std::numeric_limits<double>::quiet_NaN();
+    double mean = std::numeric_limits<double>::quiet_NaN(), rate = mean;
+    if (watched_) {
+      double sums[2] = {host_sum_ + (on_device_ ? double(device_sum_.item()) : 0.0), double(samples_)};
+      if (sum_over_ranks_) sum_over_ranks_(sums, 2);
+      if (sums[1] > 0) mean = sums[0] / sums[1];
+      if (seconds_ > 0) rate = sums[1] / seconds_;
+    }
+    monitor_.metrics().set_interval(mean, rate);
+    monitor_.log(step, epoch);
+    host_sum_ = seconds_ = 0;
+    samples_ = 0;
+    if (on_device_) trainkit::fill_(device_sum_, 0.0f);
+    return mean;
+  }
+
+ private:
+  run_monitor& monitor_;
+  long every_;
+  bool watched_;
+  std::function<void(double*, int)> sum_over_ranks_;
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+  double host_sum_ = 0, seconds_ = 0;
+  trainkit::index_t samples_ = 0;
+  trainkit::tensor<float, Device> device_sum_ = trainkit::tensor<float, Device>::zeros({});
+  bool on_device_ = false;
 };
 
 /// FNV-1a over the bytes of every parameter and buffer (state_dict order): equal digests mean

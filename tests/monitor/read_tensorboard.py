@@ -7,6 +7,11 @@
   read_tensorboard.py --jsonl FILE DIR
       DIR as written by an example run with --tensorboard DIR --metrics-log FILE: every JSON line's
       step has the same loss, learning rate, step count, samples and epoch in TensorBoard.
+  read_tensorboard.py --jsonl FILE --every N --steps-log STEPS DIR
+      and that run used --log-every N: a point every N steps (N, 2N, ... up to the run's last step,
+      several of them), and each train/loss point is the mean of the N steps' losses weighted by
+      their samples, taken from STEPS, the --metrics-log of the same run with --log-every 1 (one
+      line per step; the run is deterministic, which its learning rates and sample counts confirm).
 
 TensorBoard's own reader checks both CRCs of every record (tensorboard.compat's PyRecordReader),
 so a framing or checksum mistake fails here even where the values would decode.
@@ -111,18 +116,58 @@ def check_against_jsonl(directory, jsonl):
     return len(lines)
 
 
+def check_intervals(directory, every, steps_log):
+    with open(steps_log) as f:
+        steps = [json.loads(line) for line in f if line.strip()]
+    numbers = [int(line["step"]) for line in steps]
+    check(numbers == list(range(1, len(steps) + 1)), f"{steps_log}: not one line per step: {numbers}")
+    total = len(steps)
+    want = list(range(every, total + 1, every))
+    check(len(want) >= 2, f"{total} steps, --log-every {every}: fewer than 2 points to check")
+    acc = load(directory)
+    loss = scalars(acc, "train/loss")
+    check(sorted(loss) == want, f"train/loss at steps {sorted(loss)}, want {want} ({total} steps / {every})")
+    samples = [line["trainkit_samples_total"] for line in steps]
+    per_step = [b - a for a, b in zip([0] + samples, samples)]
+    differs = False  # some interval's mean is not its last step's loss (else the check proves little)
+    for end in want:
+        lo = end - every
+        weights = per_step[lo:end]
+        mean = sum(line["trainkit_loss"] * w for line, w in zip(steps[lo:end], weights)) / sum(weights)
+        got = loss.get(end)
+        check(got is not None and close(got[1], mean),
+              f"train/loss at step {end}: {got} != the mean of steps {lo + 1}..{end}: {mean}")
+        differs = differs or not close(mean, steps[end - 1]["trainkit_loss"])
+        for tag, name in [("train/learning_rate", "trainkit_learning_rate"), ("train/samples", "trainkit_samples_total"),
+                          ("train/steps", "trainkit_steps_total")]:
+            point = scalars(acc, tag).get(end)
+            check(point is not None and close(point[1], steps[end - 1][name]),
+                  f"{tag} at step {end}: {point} != {name} {steps[end - 1][name]} of the per-step run")
+        rate = scalars(acc, "perf/samples_per_second").get(end)
+        check(rate is not None and rate[1] > 0, f"perf/samples_per_second at step {end}: {rate}")
+    check(differs, "every interval's mean loss equals its last step's loss: not an interval mean")
+    return len(want), total
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dir")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--known", action="store_true", help="DIR holds test_tensorboard's known values")
     g.add_argument("--jsonl", help="the JSON-lines log of the same run")
+    p.add_argument("--every", type=int, help="with --jsonl: the run's --log-every")
+    p.add_argument("--steps-log", help="with --every: the --metrics-log of the same run with --log-every 1")
     a = p.parse_args()
+    if (a.every is None) != (a.steps_log is None) or (a.every is not None and not a.jsonl):
+        p.error("--every and --steps-log go together, with --jsonl")
     if a.known:
         check_known(a.dir)
         what = "known values"
     else:
         what = f"{check_against_jsonl(a.dir, a.jsonl)} logged step(s) against {a.jsonl}"
+        if a.every is not None:
+            points, total = check_intervals(a.dir, a.every, a.steps_log)
+            what += f", {points} interval means of {a.every} of {total} steps against {a.steps_log}"
     if failures:
         print(f"read_tensorboard: {len(failures)} check(s) failed")
         return 1

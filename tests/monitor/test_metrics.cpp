@@ -172,6 +172,25 @@ TEST_CASE("training_metrics: the standard families", "[monitor][training]") {
     if (type == "counter") REQUIRE_THAT(name, Catch::Matchers::EndsWith("_total"));
 }
 
+TEST_CASE("training_metrics: interval figures replace the last step's until the next step", "[monitor][training]") {
+  monitor::registry reg;
+  monitor::training_metrics m(reg);
+  m.observe({.seconds = 0.5, .samples = 64, .loss = 2.0});
+  m.set_interval(1.75, 300.0);  // a log line's mean loss and samples/s
+  auto e = monitor_test::parse_prometheus(monitor::to_prometheus(reg));
+  CHECK(*e.value("trainkit_loss") == 1.75);
+  CHECK(*e.value("trainkit_samples_per_second") == 300);
+  CHECK(*e.value("trainkit_steps_total") == 1);  // no step counted
+  m.set_interval(std::numeric_limits<double>::quiet_NaN(), 200.0);  // a loss not read: kept
+  e = monitor_test::parse_prometheus(monitor::to_prometheus(reg));
+  CHECK(*e.value("trainkit_loss") == 1.75);
+  CHECK(*e.value("trainkit_samples_per_second") == 200);
+  m.observe({.seconds = 0.25, .samples = 64, .loss = 1.5});
+  e = monitor_test::parse_prometheus(monitor::to_prometheus(reg));
+  CHECK(*e.value("trainkit_loss") == 1.5);
+  CHECK(*e.value("trainkit_samples_per_second") == 256);
+}
+
 TEST_CASE("training_metrics exports another device's allocator figures", "[monitor]") {
   monitor::registry reg;
   monitor::training_metrics m(reg);

@@ -10,8 +10,8 @@
 //   trainkit_steps_total                   counter    optimizer steps attempted
 //   trainkit_samples_total                 counter    samples trained on
 //   trainkit_step_duration_seconds         histogram  wall time of one step
-//   trainkit_samples_per_second            gauge      throughput of the last step
-//   trainkit_loss                          gauge      loss of the last step
+//   trainkit_samples_per_second            gauge      throughput of the last step (or interval: set_interval)
+//   trainkit_loss                          gauge      loss of the last step (or interval mean: set_interval)
 //   trainkit_learning_rate                 gauge      learning rate of the last step
 //   trainkit_loss_scale                    gauge      loss scale after the last step
 //   trainkit_grad_norm                     gauge      total 2-norm of the gradients, last step that measured it
@@ -132,6 +132,14 @@ class training_metrics {
     gauge& r = reg_->gauge("trainkit_memory_reserved_bytes", "Bytes held from the system (cached included).",
                            {{"device", device}});
     reg_->on_collect([&a, &p, &r, read = std::move(read)] { read_memory(read(), a, p, r); });
+  }
+  /// Sets the loss and throughput gauges to figures over several steps - the mean loss and the
+  /// samples per second of the interval since the previous log line (the examples' --log-every) -
+  /// so that a log written now shows those rather than the last step's; the next observe() with a
+  /// loss or a step time sets them again. NaN leaves a gauge as it is.
+  void set_interval(double mean_loss, double samples_per_second) {
+    if (!std::isnan(mean_loss)) loss_.set(mean_loss);
+    if (!std::isnan(samples_per_second)) throughput_.set(samples_per_second);
   }
   void set_epoch(std::int64_t e) { epoch_.set(static_cast<double>(e)); }
   /// Time waited for a batch outside observe() (a loader's next()).
