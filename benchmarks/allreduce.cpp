@@ -12,6 +12,9 @@
 // speed-up of each policy over fp32 per size. Flags after the benchmark ones:
 //   --sizes=1,4,16,25,64,256     buffer sizes in MiB
 //   --timeout-ms=600000          communicator timeout (a slow shaped link needs a long one)
+//   --link=1gbit                 the rate of each host's link (allreduce_netns.sh passes it; also
+//                                TRAINKIT_BENCH_LINK): a table of each policy's share of the lower
+//                                bound its bytes set, (bytes leaving a host) / rate
 //   --hierarchical               also fp32, int8 and 1-bit through compression::hierarchical (hosts found by
 //                                MPI_COMM_TYPE_SHARED: fp32 inside a host, compressed between hosts),
 //                                and a table of hierarchical int8 against flat int8 and flat fp32
@@ -27,6 +30,7 @@
 #include <memory>
 #include <random>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,9 +47,31 @@ namespace {
 
 std::unique_ptr<dist::mpi> comm;
 std::unique_ptr<compression::hierarchical<dist::mpi>> hier;
+std::map<std::string, double> sent_bytes;  // per rank and call, by benchmark name
+
+/// "1gbit", "10gbit", "100mbit" in bits per second; 0 for "" (no link given).
+double link_bits_per_second(const std::string& rate) {
+  if (rate.empty()) return 0;
+  std::size_t used = 0;
+  const double v = std::stod(rate, &used);
+  const std::string unit = rate.substr(used);
+  if (unit == "gbit") return v * 1e9;
+  if (unit == "mbit") return v * 1e6;
+  throw std::invalid_argument("bench_allreduce: --link must be <N>gbit or <N>mbit, got '" + rate + "'");
+}
+
+/// The ranks on this rank's host (MPI_COMM_TYPE_SHARED: one per network-namespace host too).
+int ranks_per_host() {
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int n = 1;
+  MPI_Comm_size(local, &n);
+  MPI_Comm_free(&local);
+  return n;
+}
 
 template <class C, class Comm = dist::mpi>
-void bench(benchmark::State& state, index_t n, Comm& ar = *comm) {
+void bench(benchmark::State& state, index_t n, const std::string& key, Comm& ar = *comm) {
   std::vector<float> grad(static_cast<std::size_t>(n)), buf(grad.size());
   std::mt19937 gen(static_cast<unsigned>(comm->rank()) + 1);
   std::normal_distribution<float> d(0.0f, 1e-3f);
@@ -67,6 +93,7 @@ void bench(benchmark::State& state, index_t n, Comm& ar = *comm) {
   }
   const double iters = static_cast<double>(state.iterations());
   state.counters["sent_MiB"] = static_cast<double>(c.bytes_sent() - bytes_before) / iters / (1 << 20);
+  sent_bytes[key] = static_cast<double>(c.bytes_sent() - bytes_before) / iters;
   state.counters["algbw"] =
       benchmark::Counter(static_cast<double>(n) * 4 * iters, benchmark::Counter::kIsRate, benchmark::Counter::kIs1024);
 }
@@ -97,11 +124,11 @@ void add(long mib, bool hierarchical = false) {
   const int iterations = mib >= 64 ? 3 : (mib >= 16 ? 5 : 20);
   const std::string policy = (hierarchical ? "hier-" : "") + std::string(C::name);
   benchmark::RegisterBenchmark(name(policy, mib).c_str(),
-                               [n, hierarchical](benchmark::State& s) {
+                               [n, hierarchical, key = name(policy, mib)](benchmark::State& s) {
                                  if (hierarchical)
-                                   bench<C>(s, n, *hier);
+                                   bench<C>(s, n, key, *hier);
                                  else
-                                   bench<C>(s, n);
+                                   bench<C>(s, n, key);
                                })
       ->Iterations(iterations)
       ->UseManualTime()
@@ -114,6 +141,7 @@ int main(int argc, char** argv) {
   dist::mpi::environment env(argc, argv);
   std::vector<long> sizes = {1, 4, 16, 25, 64, 256};
   long timeout_ms = 600000;
+  std::string link = std::getenv("TRAINKIT_BENCH_LINK") ? std::getenv("TRAINKIT_BENCH_LINK") : "";
   bool hierarchical = false;
   std::vector<char*> rest;
   for (int i = 0; i < argc; ++i) {
@@ -124,6 +152,8 @@ int main(int argc, char** argv) {
       for (std::string x; std::getline(ss, x, ',');) sizes.push_back(std::stol(x));
     } else if (a.rfind("--timeout-ms=", 0) == 0) {
       timeout_ms = std::stol(a.substr(13));
+    } else if (a.rfind("--link=", 0) == 0) {
+      link = a.substr(7);
     } else if (a == "--hierarchical") {
       hierarchical = true;
     } else {
@@ -131,6 +161,7 @@ int main(int argc, char** argv) {
     }
   }
   int rest_argc = static_cast<int>(rest.size());
+  const double link_bps = link_bits_per_second(link);
   comm = std::make_unique<dist::mpi>(dist::mpi_options{.timeout = std::chrono::milliseconds(timeout_ms)});
   if (comm->size() < 2) {
     std::printf("bench_allreduce: run it with at least 2 ranks (mpirun -np 2 ...); one rank sends nothing\n");
@@ -172,6 +203,25 @@ int main(int argc, char** argv) {
       auto ratio = [&](std::string_view p) { return at(p) > 0 ? base / at(p) : 0.0; };
       std::printf("%8ld %10.2f %7.2fx %7.2fx %7.2fx %7.2fx\n", mib, base * 1e3, ratio(compression::fp16::name),
                   ratio(compression::bf16::name), ratio(compression::int8::name), ratio(compression::sign_1bit::name));
+    }
+  }
+  const int per_host = ranks_per_host();
+  if (comm->rank() == 0 && link_bps > 0) {
+    // What leaves a host per call: its ranks' bytes to other hosts. Flat: each rank's sends go to
+    // the W - 1 others alike, (W - L) of them on other hosts; hierarchical counts only those.
+    const int w = comm->size();
+    std::printf("\n%d ranks, %d per host, links of %s: time against the lower bound (bytes leaving a host / rate)\n"
+                "%-24s %10s %14s %12s %8s\n",
+                w, per_host, link.c_str(), "policy", "ms", "host MiB out", "bound ms", "share");
+    for (const auto& [bench, secs] : table.seconds) {
+      const auto it = sent_bytes.find(bench);
+      if (it == sent_bytes.end() || secs <= 0) continue;
+      const bool hier_run = bench.find("/hier-") != std::string::npos;
+      const double cross = hier_run || w == per_host ? 1.0 : double(w - per_host) / double(w - 1);
+      const double host_bytes = it->second * per_host * cross;
+      const double bound = host_bytes * 8 / link_bps;
+      std::printf("%-24s %10.1f %14.2f %12.1f %7.0f%%\n", bench.substr(10).c_str(), secs * 1e3,
+                  host_bytes / (1 << 20), bound * 1e3, 100 * bound / secs);
     }
   }
   if (comm->rank() == 0 && hierarchical) {

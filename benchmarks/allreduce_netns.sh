@@ -122,14 +122,14 @@ for rate in $RATES; do
   if [ -n "${TRAINKIT_RUN:-}" ]; then
     ip netns exec "$(ns_of 0)" "$TRAINKIT_RUN" --allow-run-as-root --oversubscribe --hostfile "$WORK/hosts" \
       -np $((HOSTS * RANKS_PER_HOST)) --mca plm_rsh_agent "$WORK/agent" --mca oob_tcp_if_include "$NET.0/24" \
-      --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
+      --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" -x TRAINKIT_BENCH_LINK="$rate" \
       -- "$BENCH" "$@"
   else
     ip netns exec "$(ns_of 0)" mpirun --allow-run-as-root --oversubscribe --hostfile "$WORK/hosts" -np $((HOSTS * RANKS_PER_HOST)) \
       --mca plm_rsh_agent "$WORK/agent" \
       --mca oob_tcp_if_include "$NET.0/24" \
       --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" \
-      -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" \
+      -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" -x TRAINKIT_BENCH_LINK="$rate" \
       "$BENCH" "$@"
   fi
   rc=$?
