@@ -9,6 +9,8 @@
 #   sudo benchmarks/allreduce_netns.sh [BENCH [bench args...]]
 #   sudo benchmarks/allreduce_netns.sh build/benchmarks/bench_allreduce --sizes=25
 #   RATES="1gbit" sudo benchmarks/allreduce_netns.sh      (rates to run; default "1gbit 10gbit")
+#   TCP_LINKS=1 ...      (Open MPI's TCP connections per pair of ranks; default 2, full duplex)
+#   TBF_LATENCY=5ms ...  (the shaper's queue; default 50ms)
 #   RANKS_PER_HOST=2 sudo benchmarks/allreduce_netns.sh build/benchmarks/bench_allreduce --sizes=25 --hierarchical
 #       2 hosts x 2 ranks: the ranks of a host talk through shared memory (btl vader), the hosts
 #       through the shaped veth; --hierarchical compares compression::hierarchical with the flat allreduces
@@ -28,6 +30,11 @@ BENCH=${1:-build/benchmarks/bench_allreduce}
 RATES=${RATES:-"1gbit 10gbit"}
 RANKS_PER_HOST=${RANKS_PER_HOST:-1}
 HOSTS=${HOSTS:-2}
+TBF_LATENCY=${TBF_LATENCY:-50ms}
+# Open MPI's TCP transport over one connection per pair of ranks carries one direction at a time
+# (12.5 MiB each way at once: 232 ms on 1 Gbit/s, one way: 120 ms; iperf3 --bidir on the same link:
+# 955 Mbit/s both ways); two connections per pair (btl_tcp_links 2) make it full duplex (124 ms).
+TCP_LINKS=${TCP_LINKS:-2}
 NET=10.231.77
 PREFIX=tk_allreduce
 [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 8 ] || { echo "allreduce_netns.sh: HOSTS must be 2..8, got $HOSTS" >&2; exit 1; }
@@ -111,8 +118,8 @@ for rate in $RATES; do
   # Every host's link, both ways: its egress in the host, and (HOSTS > 2) the switch port's egress.
   h=0
   while [ $h -lt "$HOSTS" ]; do
-    tc -n "$(ns_of $h)" qdisc replace dev "$(dev_of $h)" root tbf rate "$rate" burst "$burst" latency 50ms
-    [ "$HOSTS" -gt 2 ] && tc -n "$NS_SW" qdisc replace dev "tk_sw$h" root tbf rate "$rate" burst "$burst" latency 50ms
+    tc -n "$(ns_of $h)" qdisc replace dev "$(dev_of $h)" root tbf rate "$rate" burst "$burst" latency "$TBF_LATENCY"
+    [ "$HOSTS" -gt 2 ] && tc -n "$NS_SW" qdisc replace dev "tk_sw$h" root tbf rate "$rate" burst "$burst" latency "$TBF_LATENCY"
     h=$((h + 1))
   done
   echo "=== $HOSTS hosts, each link shaped to $rate each way (tbf burst $burst bytes); $RANKS_PER_HOST rank(s) per host ==="
@@ -122,13 +129,13 @@ for rate in $RATES; do
   if [ -n "${TRAINKIT_RUN:-}" ]; then
     ip netns exec "$(ns_of 0)" "$TRAINKIT_RUN" --allow-run-as-root --oversubscribe --hostfile "$WORK/hosts" \
       -np $((HOSTS * RANKS_PER_HOST)) --mca plm_rsh_agent "$WORK/agent" --mca oob_tcp_if_include "$NET.0/24" \
-      --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" -x TRAINKIT_BENCH_LINK="$rate" \
+      --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" --mca btl_tcp_links "$TCP_LINKS" -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" -x TRAINKIT_BENCH_LINK="$rate" \
       -- "$BENCH" "$@"
   else
     ip netns exec "$(ns_of 0)" mpirun --allow-run-as-root --oversubscribe --hostfile "$WORK/hosts" -np $((HOSTS * RANKS_PER_HOST)) \
       --mca plm_rsh_agent "$WORK/agent" \
       --mca oob_tcp_if_include "$NET.0/24" \
-      --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" \
+      --mca btl "$BTL" --mca btl_tcp_if_include "$NET.0/24" --mca btl_tcp_links "$TCP_LINKS" \
       -x OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" -x TRAINKIT_BENCH_LINK="$rate" \
       "$BENCH" "$@"
   fi

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "trainkit/compression/codecs.hpp"
@@ -432,4 +433,125 @@ TEST_CASE("compressed_allreduce: only sum and avg", "[dist][compression][allredu
     }
   });
   CHECK(threw);
+}
+
+namespace {
+
+// The quantized allreduce of every rank's x, all ranks simulated in one thread, whole chunks at a
+// time (no pieces, no tiles): what compressed_allreduce computed before it was pipelined. Updates
+// x, the worker residuals wres and the server residuals sres of every rank.
+template <class C>
+void whole_chunk_allreduce(std::vector<std::vector<float>>& x, std::vector<std::vector<float>>& wres,
+                           std::vector<std::vector<float>>& sres, index_t n, dist::reduce_op op) {
+  const int w = static_cast<int>(x.size());
+  const index_t chunk = trainkit::compression::detail::compress_chunk(n, w, C::block);
+  const index_t padded = chunk * w;
+  const std::size_t cb = C::wire_bytes(chunk);
+  std::vector<std::vector<std::uint8_t>> sent(static_cast<std::size_t>(w), std::vector<std::uint8_t>(w * cb));
+  for (int r = 0; r < w; ++r) {
+    auto& xr = x[static_cast<std::size_t>(r)];
+    auto& wr = wres[static_cast<std::size_t>(r)];
+    if (wr.empty()) wr.assign(static_cast<std::size_t>(n), 0.0f);
+    std::vector<float> meant(static_cast<std::size_t>(padded), 0.0f), back(static_cast<std::size_t>(padded));
+    for (index_t i = 0; i < n; ++i) meant[i] = C::lossy ? xr[i] + wr[i] : xr[i];
+    C::encode(meant.data(), padded, sent[static_cast<std::size_t>(r)].data());
+    C::decode(sent[static_cast<std::size_t>(r)].data(), padded, back.data());
+    if (C::lossy)
+      for (index_t i = 0; i < n; ++i) wr[i] = meant[i] - back[i];
+  }
+  std::vector<std::uint8_t> reduced(static_cast<std::size_t>(w) * cb);
+  for (int r = 0; r < w; ++r) {  // rank r sums chunk r
+    auto& sr = sres[static_cast<std::size_t>(r)];
+    if (sr.empty()) sr.assign(static_cast<std::size_t>(chunk), 0.0f);
+    const index_t valid = std::clamp<index_t>(n - r * chunk, 0, chunk);
+    std::vector<float> acc(static_cast<std::size_t>(chunk), 0.0f), tmp(static_cast<std::size_t>(chunk));
+    for (int i = 0; i < w; ++i) {
+      C::decode(sent[static_cast<std::size_t>(i)].data() + r * cb, chunk, tmp.data());
+      for (index_t e = 0; e < valid; ++e) acc[e] += tmp[e];
+    }
+    if (C::lossy) {
+      const float scale = op == dist::reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
+      for (index_t e = 0; e < valid; ++e) acc[e] = acc[e] * scale + sr[e];
+    } else if (op == dist::reduce_op::avg) {
+      for (index_t e = 0; e < valid; ++e) acc[e] /= static_cast<float>(w);
+    }
+    C::encode(acc.data(), chunk, reduced.data() + r * cb);
+    C::decode(reduced.data() + r * cb, chunk, tmp.data());
+    if (C::lossy)
+      for (index_t e = 0; e < valid; ++e) sr[e] = acc[e] - tmp[e];
+  }
+  std::vector<float> all(static_cast<std::size_t>(padded));
+  C::decode(reduced.data(), padded, all.data());
+  for (auto& xr : x) std::copy(all.begin(), all.begin() + n, xr.begin());
+}
+
+template <class C>
+void check_pieces_match_whole_chunks(int world, index_t n, dist::reduce_op op) {
+  const auto chunk = trainkit::compression::detail::compress_chunk(n, world, C::block);
+  const auto split = trainkit::compression::detail::compress_split<C>(chunk);
+  INFO(C::name << ", world " << world << ", n " << n << ": " << split.count << " pieces of " << split.piece);
+  constexpr int steps = 2;
+  std::vector<std::vector<float>> x(static_cast<std::size_t>(world)), wres(x.size()), sres(x.size());
+  std::vector<std::vector<std::vector<float>>> got(static_cast<std::size_t>(steps), x);
+  std::vector<trainkit::compression::compression_state> state(x.size());
+  dist::thread_group::run(world, [&](dist::thread_group& comm) {
+    const auto r = static_cast<std::size_t>(comm.rank());
+    C c;
+    compression::compress_workspace ws;
+    for (int s = 0; s < steps; ++s) {
+      auto v = rank_input(n, comm.rank() + 10 * s);
+      compression::compressed_allreduce(comm, c, v.data(), n, 2, op, &ws);
+      got[static_cast<std::size_t>(s)][r] = std::move(v);
+    }
+    state[r] = c.state();
+  });
+  for (int s = 0; s < steps; ++s) {
+    for (int r = 0; r < world; ++r) x[static_cast<std::size_t>(r)] = rank_input(n, r + 10 * s);
+    whole_chunk_allreduce<C>(x, wres, sres, n, op);
+    for (int r = 0; r < world; ++r) {
+      INFO("step " << s << ", rank " << r);
+      const auto& a = got[static_cast<std::size_t>(s)][static_cast<std::size_t>(r)];
+      REQUIRE(std::memcmp(a.data(), x[static_cast<std::size_t>(r)].data(), a.size() * sizeof(float)) == 0);
+    }
+  }
+  if constexpr (C::lossy) {
+    for (int r = 0; r < world; ++r) {
+      INFO("rank " << r);
+      const auto& st = state[static_cast<std::size_t>(r)];
+      REQUIRE(st.size() == 2);
+      for (const auto& [key, t] : st) {
+        const auto& want = key == "worker.2" ? wres[static_cast<std::size_t>(r)] : sres[static_cast<std::size_t>(r)];
+        REQUIRE((key == "worker.2" || key == "server.2"));
+        REQUIRE(t.numel() == static_cast<index_t>(want.size()));
+        CHECK(std::memcmp(t.data(), want.data(), want.size() * sizeof(float)) == 0);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("compressed_allreduce: the pipelined pieces give the bytes and residuals of whole chunks",
+          "[dist][compression][allreduce]") {
+  // Lengths that cut each chunk into several pieces (one shorter) and leave padding in the last chunk.
+  const index_t long_n = 2 * trainkit::compression::detail::compress_piece_target + 12345;
+  for (auto [world, op] : {std::pair{2, dist::reduce_op::sum}, std::pair{3, dist::reduce_op::avg}}) {
+    {
+      for (index_t n : {index_t(1000), long_n * world}) {
+        check_pieces_match_whole_chunks<compression::int8_block<128>>(world, n, op);
+        check_pieces_match_whole_chunks<compression::sign_1bit>(world, n, op);
+        check_pieces_match_whole_chunks<compression::fp16>(world, n, op);
+        check_pieces_match_whole_chunks<compression::none>(world, n, op);
+      }
+    }
+  }
+  // The split itself: whole blocks, at most compress_max_pieces, covering the chunk.
+  for (index_t chunk : {index_t(256), index_t(65536), index_t(65536 + 256), index_t(1) << 26}) {
+    const auto s = trainkit::compression::detail::compress_split<compression::sign_1bit>(chunk);
+    INFO("chunk " << chunk);
+    CHECK(s.piece % 256 == 0);
+    CHECK(s.count <= trainkit::compression::detail::compress_max_pieces);
+    CHECK(s.count * s.piece >= chunk);
+    CHECK((s.count - 1) * s.piece < chunk);
+  }
 }

@@ -26,6 +26,7 @@
 #include "trainkit/compression/codecs.hpp"
 #include "trainkit/dist/concepts.hpp"
 #include "trainkit/dist/reduce_op.hpp"
+#include "trainkit/dist/work.hpp"
 
 namespace trainkit::compression {
 
@@ -34,6 +35,7 @@ namespace trainkit::compression {
 struct compress_workspace {
   std::vector<std::uint8_t> send, recv, gathered;
   std::vector<float> slice, padded;  // hierarchical<Comm>: this rank's slice, the bucket padded to whole slices
+  std::vector<dist::work> works;     // the pieces' collectives in flight
 };
 
 namespace detail {
@@ -49,22 +51,52 @@ constexpr index_t compress_tile(index_t block) { return block >= 2048 ? block : 
 
 /// Runs body(tile_index, scratch_a, scratch_b) for every tile in [0, tiles), with two scratch
 /// buffers of `tile` floats per thread; parallel over OpenMP threads when there is enough work.
-template <class Body>
-void compress_for_tiles(index_t tiles, index_t tile, Body body) {
+/// poll() is called every few tiles, by one thread only (the collectives in flight are tested
+/// there: their handles are not shared between threads).
+template <class Body, class Poll>
+void compress_for_tiles(index_t tiles, index_t tile, Body body, Poll poll) {
+  constexpr index_t poll_every = 8;
 #if TRAINKIT_HAS_OPENMP
   if (tiles > 1 && tiles * tile >= compress_parallel_threshold) {
 #pragma omp parallel
     {
       std::vector<float> a(static_cast<std::size_t>(tile)), b(static_cast<std::size_t>(tile));
+      const bool polls = omp_get_thread_num() == 0;
 #pragma omp for schedule(static)
-      for (index_t t = 0; t < tiles; ++t) body(t, a.data(), b.data());
+      for (index_t t = 0; t < tiles; ++t) {
+        body(t, a.data(), b.data());
+        if (polls && t % poll_every == poll_every - 1) poll();
+      }
     }
     return;
   }
 #endif
   std::vector<float> a(static_cast<std::size_t>(tile)), b(static_cast<std::size_t>(tile));
-  for (index_t t = 0; t < tiles; ++t) body(t, a.data(), b.data());
+  for (index_t t = 0; t < tiles; ++t) {
+    body(t, a.data(), b.data());
+    if (t % poll_every == poll_every - 1) poll();
+  }
 }
+
+/// The quantized allreduce's pieces (see compressed_allreduce): a chunk of `chunk` elements is cut
+/// into `count` pieces of `piece` elements (the last one shorter), whole blocks, about
+/// compress_piece_target elements each and at most compress_max_pieces.
+struct compress_pieces {
+  index_t piece, count;
+};
+inline constexpr index_t compress_piece_target = index_t(1) << 16;
+inline constexpr index_t compress_max_pieces = 32;
+template <class C>
+constexpr compress_pieces compress_split(index_t chunk) {
+  const index_t wanted = std::clamp<index_t>((chunk + compress_piece_target - 1) / compress_piece_target, 1,
+                                             compress_max_pieces);
+  const index_t piece = (chunk / C::block + wanted - 1) / wanted * C::block;
+  return {piece, (chunk + piece - 1) / piece};
+}
+/// Below this many elements `none` takes the communicator's own allreduce (one collective; the
+/// pipeline pays off only where the transfer dominates).
+inline constexpr index_t compress_pipeline_min = index_t(1) << 16;
+
 /// Encodes meant[0, len) into wire and stores meant - sent for its first `valid` elements into
 /// residual, through C::encode_residual (one pass) when the policy has it.
 template <class C>
@@ -97,9 +129,24 @@ constexpr std::uint64_t compressed_allreduce_bytes(index_t n, int world_size) {
 
 /// Collective: allreduce (sum or avg) of data[0, n) in place through compression c, with error
 /// feedback under the key `bucket` (both residuals are c's state). A communicator with a member
-/// compressed_allreduce(c, data, n, bucket, op, ws) does it its own way (compression::hierarchical). Every rank calls it with the
-/// same n, bucket and op. Adds what this rank sent to c.counter(). For `none` (lossless), this is
-/// comm.allreduce in fp32. On one rank the data is left as it is (nothing is sent, no rounding).
+/// compressed_allreduce(c, data, n, bucket, op, ws) does it its own way (compression::hierarchical).
+/// Every rank calls it with the same n, bucket and op. Adds what this rank sent to c.counter().
+/// For `none` (lossless) it is an fp32 allreduce: comm.allreduce below compress_pipeline_min
+/// elements, above it the same pipelined alltoall + allgather as the codecs (every rank sends and
+/// receives 2(W-1)/W of the buffer at once, where a reduce-then-broadcast allreduce - Open MPI's
+/// choice on 2 and 3 ranks - sends it twice one way after the other). On one rank the data is
+/// left as it is (nothing is sent, no rounding).
+///
+/// The pipeline: each rank's chunk is cut into pieces of whole blocks (detail::compress_split), and
+/// piece p's alltoall and allgather are collectives of their own, so that while piece p is on the
+/// wire the next one is encoded and the one before is summed or decoded:
+///
+///   step s:  encode piece s, alltoall(s)  |  wait alltoall(s-1), sum, re-encode, allgather(s-1)
+///            |  wait allgather(s-2), decode
+///
+/// Between tiles the compute loops test the collectives in flight (MPI moves bytes only inside its
+/// calls). Every element is encoded, summed (ranks 0..W-1 in order) and decoded exactly as in one
+/// piece, so the bytes and both residuals do not depend on the pieces.
 /// \param ws scratch; null uses a buffer of its own for this call
 template <gradient_compression C, dist::communicator Comm>
 void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t bucket, dist::reduce_op op = dist::reduce_op::sum,
@@ -118,76 +165,125 @@ void compressed_allreduce(Comm& comm, C& c, float* data, index_t n, std::size_t 
     return;
   }
   if constexpr (!C::lossy) {
-    comm.allreduce(data, static_cast<std::size_t>(n), op).wait();
-    c.counter().add(bytes);
-    return;
-  } else {
-    compress_workspace local;
-    compress_workspace& s = ws ? *ws : local;
-    const int r = comm.rank();
-    const index_t chunk = detail::compress_chunk(n, w, C::block);
-    const index_t tile = std::min(detail::compress_tile(C::block), chunk);
-    const index_t tiles_per_chunk = (chunk + tile - 1) / tile;
-    const std::size_t cb = C::wire_bytes(chunk);
-    const auto wz = static_cast<std::size_t>(w);
-    std::uint8_t* send = detail::compress_grow(s.send, wz * cb);
-    std::uint8_t* recv = detail::compress_grow(s.recv, wz * cb);
-    std::uint8_t* gathered = detail::compress_grow(s.gathered, wz * cb);
-    // Tile t of a chunk: elements [t * tile, + len) of it; its encoding starts wire_bytes(t * tile) in.
-    auto tile_len = [&](index_t t) { return std::min(tile, chunk - t * tile); };
+    if (n < detail::compress_pipeline_min) {
+      comm.allreduce(data, static_cast<std::size_t>(n), op).wait();
+      c.counter().add(bytes);
+      return;
+    }
+  }
+  compress_workspace local;
+  compress_workspace& s = ws ? *ws : local;
+  const int r = comm.rank();
+  const index_t chunk = detail::compress_chunk(n, w, C::block);
+  const auto [piece, pieces] = detail::compress_split<C>(chunk);
+  const index_t tile = std::min(detail::compress_tile(C::block), piece);
+  const auto wz = static_cast<std::size_t>(w);
+  std::uint8_t* send = detail::compress_grow(s.send, wz * C::wire_bytes(chunk));
+  std::uint8_t* recv = detail::compress_grow(s.recv, wz * C::wire_bytes(chunk));
+  std::uint8_t* gathered = detail::compress_grow(s.gathered, wz * C::wire_bytes(chunk));
+  float* wres = nullptr;
+  float* sres = nullptr;
+  if constexpr (C::lossy) {
+    wres = c.feedback().worker(bucket, n);
+    sres = c.feedback().server(bucket, chunk);
+  }
+  // Piece p: elements [p * piece, + plen(p)) of every chunk. Its bytes in send, recv and gathered
+  // start at region(p); within it, chunk j's encoding starts at j * part(p).
+  auto plen = [&](index_t p) { return std::min(piece, chunk - p * piece); };
+  auto region = [&](index_t p) { return wz * C::wire_bytes(p * piece); };
+  auto part = [&](index_t p) { return C::wire_bytes(plen(p)); };
+  auto tiles_of = [&](index_t p) { return (plen(p) + tile - 1) / tile; };
+  // The collectives in flight, in issue order: alltoall of piece p at 2p, allgather at 2p + 1.
+  std::vector<dist::work>& works = s.works;
+  works.assign(static_cast<std::size_t>(2 * pieces), dist::work{});
+  std::size_t oldest = 0;  // works before it are complete
+  auto poll = [&] {
+    while (oldest < works.size() && works[oldest].done()) ++oldest;
+  };
+  const float scale = op == dist::reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
 
-    // ---- worker: quantize x + residual tile by tile, keep what did not make it ---------------
-    // Chunk j holds elements [j * chunk, (j + 1) * chunk) of the buffer padded with zeros to W chunks.
-    float* wres = c.feedback().worker(bucket, n);
-    detail::compress_for_tiles(tiles_per_chunk * w, tile, [&](index_t k, float* meant, float* sent) {
-      const index_t j = k / tiles_per_chunk, t = k % tiles_per_chunk, len = tile_len(t);
-      const index_t lo = j * chunk + t * tile, valid = std::clamp<index_t>(n - lo, 0, len);
-      for (index_t i = 0; i < valid; ++i) meant[i] = data[lo + i] + wres[lo + i];
-      std::fill(meant + valid, meant + len, 0.0f);
-      std::uint8_t* wire = send + static_cast<std::size_t>(j) * cb + C::wire_bytes(t * tile);
-      detail::compress_encode_feedback<C>(meant, len, valid, wire, wres + lo, sent);
-    });
-    comm.alltoall(send, recv, cb).wait();
+  // ---- worker: quantize x + residual, keep what did not make it; chunk j goes to rank j ---------
+  // Chunk j holds elements [j * chunk, (j + 1) * chunk) of the buffer padded with zeros to W chunks.
+  auto encode_piece = [&](index_t p) {
+    const index_t tp = tiles_of(p), base = p * piece;
+    std::uint8_t* out = send + region(p);
+    detail::compress_for_tiles(tp * w, tile, [&](index_t k, float* meant, float* sent) {
+      const index_t j = k / tp, t = k % tp, len = std::min(tile, plen(p) - t * tile);
+      const index_t lo = j * chunk + base + t * tile, valid = std::clamp<index_t>(n - lo, 0, len);
+      std::uint8_t* wire = out + static_cast<std::size_t>(j) * part(p) + C::wire_bytes(t * tile);
+      if constexpr (C::lossy) {
+        for (index_t i = 0; i < valid; ++i) meant[i] = data[lo + i] + wres[lo + i];
+        std::fill(meant + valid, meant + len, 0.0f);
+        detail::compress_encode_feedback<C>(meant, len, valid, wire, wres + lo, sent);
+      } else if (valid == len) {
+        C::encode(data + lo, len, wire);
+      } else {
+        std::copy(data + lo, data + lo + valid, meant);
+        std::fill(meant + valid, meant + len, 0.0f);
+        C::encode(meant, len, wire);
+      }
+    }, poll);
+    works[static_cast<std::size_t>(2 * p)] = comm.alltoall(out, recv + region(p), part(p));
+  };
 
-    // ---- server: the W copies of my chunk, summed in fp32, re-quantized with feedback ----------
-    const index_t mine_valid = std::clamp<index_t>(n - r * chunk, 0, chunk);
-    float* sres = c.feedback().server(bucket, chunk);
-    std::uint8_t* mine = send;  // the send buffer is free once the alltoall is complete
-    const float scale = op == dist::reduce_op::avg ? 1.0f / static_cast<float>(w) : 1.0f;
-    detail::compress_for_tiles(tiles_per_chunk, tile, [&](index_t t, float* acc, float* tmp) {
-      const index_t len = tile_len(t), lo = t * tile, valid = std::clamp<index_t>(mine_valid - lo, 0, len);
+  // ---- server: the W copies of my chunk's piece, summed in fp32, re-quantized with feedback -----
+  auto reduce_piece = [&](index_t p) {
+    works[static_cast<std::size_t>(2 * p)].wait();
+    const index_t base = p * piece, mine_valid = std::clamp<index_t>(n - r * chunk - base, 0, plen(p));
+    const std::uint8_t* in = recv + region(p);
+    std::uint8_t* mine = send + region(p);  // piece p's send bytes are free once its alltoall is complete
+    detail::compress_for_tiles(tiles_of(p), tile, [&](index_t t, float* acc, float* tmp) {
+      const index_t lo = t * tile, len = std::min(tile, plen(p) - lo), valid = std::clamp<index_t>(mine_valid - lo, 0, len);
       const std::size_t off = C::wire_bytes(lo);
       std::fill(acc, acc + len, 0.0f);
       for (int i = 0; i < w; ++i) {
-        const std::uint8_t* in = recv + static_cast<std::size_t>(i) * cb + off;
-        if constexpr (requires { C::decode_add(in, len, acc); }) {
-          C::decode_add(in, len, acc);
+        const std::uint8_t* from = in + static_cast<std::size_t>(i) * part(p) + off;
+        if constexpr (requires { C::decode_add(from, len, acc); }) {
+          C::decode_add(from, len, acc);
         } else {
-          C::decode(in, len, tmp);
+          C::decode(from, len, tmp);
           for (index_t e = 0; e < valid; ++e) acc[e] += tmp[e];
         }
       }
       std::fill(acc + valid, acc + len, 0.0f);  // the padding stays 0
-      for (index_t e = 0; e < valid; ++e) acc[e] = acc[e] * scale + sres[lo + e];
-      detail::compress_encode_feedback<C>(acc, len, valid, mine + off, sres + lo, tmp);
-    });
-    comm.allgather(mine, cb, gathered).wait();
+      if constexpr (C::lossy) {
+        float* res = sres + base + lo;
+        for (index_t e = 0; e < valid; ++e) acc[e] = acc[e] * scale + res[e];
+        detail::compress_encode_feedback<C>(acc, len, valid, mine + off, res, tmp);
+      } else {
+        if (op == dist::reduce_op::avg)
+          for (index_t e = 0; e < valid; ++e) acc[e] = dist::detail::finish<float>(op, acc[e], w);
+        C::encode(acc, len, mine + off);
+      }
+    }, poll);
+    works[static_cast<std::size_t>(2 * p + 1)] = comm.allgather(mine, part(p), gathered + region(p));
+  };
 
-    // ---- everyone: dequantize the reduced chunks -------------------------------------------------
-    detail::compress_for_tiles(tiles_per_chunk * w, tile, [&](index_t k, float* tmp, float*) {
-      const index_t j = k / tiles_per_chunk, t = k % tiles_per_chunk, len = tile_len(t);
-      const index_t lo = j * chunk + t * tile, valid = std::clamp<index_t>(n - lo, 0, len);
+  // ---- everyone: dequantize the reduced chunks' piece ---------------------------------------------
+  auto decode_piece = [&](index_t p) {
+    works[static_cast<std::size_t>(2 * p + 1)].wait();
+    const index_t tp = tiles_of(p), base = p * piece;
+    const std::uint8_t* in = gathered + region(p);
+    detail::compress_for_tiles(tp * w, tile, [&](index_t k, float* tmp, float*) {
+      const index_t j = k / tp, t = k % tp, len = std::min(tile, plen(p) - t * tile);
+      const index_t lo = j * chunk + base + t * tile, valid = std::clamp<index_t>(n - lo, 0, len);
       if (valid == 0) return;
-      const std::uint8_t* wire = gathered + static_cast<std::size_t>(j) * cb + C::wire_bytes(t * tile);
+      const std::uint8_t* wire = in + static_cast<std::size_t>(j) * part(p) + C::wire_bytes(t * tile);
       if (valid == len) {
         C::decode(wire, len, data + lo);
       } else {
         C::decode(wire, len, tmp);
         std::copy(tmp, tmp + valid, data + lo);
       }
-    });
-    c.counter().add(bytes);
+    }, poll);
+  };
+
+  for (index_t step = 0; step < pieces + 2; ++step) {
+    if (step < pieces) encode_piece(step);
+    if (step >= 1 && step <= pieces) reduce_piece(step - 1);
+    if (step >= 2) decode_piece(step - 2);
   }
+  c.counter().add(bytes);
 }
 
 }  // namespace trainkit::compression

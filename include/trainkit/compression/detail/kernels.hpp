@@ -202,10 +202,11 @@ inline float compress_block_absmax(const float* x, index_t B, bool& finite) {
 /// reorder one float reduction, but it vectorizes eight).
 inline float compress_block_abssum(const float* x, index_t B) {
   float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  index_t i = 0;
-  for (; i + 8 <= B; i += 8)
+  const index_t whole = B - B % 8;  // (a separate tail bound: GCC 12 misreads `for (; i < B; ++i)` after the
+                                    // eight-wide loop as overflowing once B is a known constant)
+  for (index_t i = 0; i < whole; i += 8)
     for (int j = 0; j < 8; ++j) s[j] += x[i + j] < 0.0f ? -x[i + j] : x[i + j];
-  for (; i < B; ++i) s[0] += x[i] < 0.0f ? -x[i] : x[i];
+  for (index_t i = whole; i < B; ++i) s[0] += x[i] < 0.0f ? -x[i] : x[i];
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
