@@ -97,6 +97,34 @@ TEST_CASE("compression: the fp16 codec converts exactly like trainkit::half", "[
   }
 }
 
+TEST_CASE("compression: fp16::encode (F16C where the CPU has it) writes the integer rule's bits", "[dist][compression]") {
+  // Every 4099th float bit pattern (both signs, subnormals, the saturation edge, inf, NaN), each
+  // midpoint's neighbourhood, and groups of 8 with one NaN among finite values.
+  std::vector<float> x;
+  for (std::uint64_t u = 0; u <= 0xffffffffull; u += 4099) x.push_back(trainkit::detail::bit_cast<float>(static_cast<std::uint32_t>(u)));
+  for (float f : {65504.0f, 65519.0f, 65520.0f, 65536.0f, 1e30f, 0x1p-24f, 0x1p-25f, 0x1.8p-25f, 0x1p-14f}) {
+    x.push_back(f);
+    x.push_back(-f);
+  }
+  x.push_back(std::numeric_limits<float>::infinity());
+  x.push_back(-std::numeric_limits<float>::infinity());
+  x.push_back(std::numeric_limits<float>::quiet_NaN());
+  x.push_back(1.5f);
+  const auto n = static_cast<index_t>(x.size());
+  std::vector<std::uint16_t> wire(x.size());  // 2-byte aligned, as the allreduce's buffers
+  compression::fp16::encode(x.data(), n, reinterpret_cast<std::uint8_t*>(wire.data()));
+  const compression::detail::compress_fp16_encode_fn enc;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    INFO("float bits 0x" << std::hex << trainkit::detail::bit_cast<std::uint32_t>(x[i]));
+    REQUIRE(wire[i] == enc(x[i]));
+  }
+  std::vector<float> back(x.size());
+  compression::fp16::decode(reinterpret_cast<const std::uint8_t*>(wire.data()), n, back.data());
+  const compression::detail::compress_fp16_decode_fn dec;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    REQUIRE(trainkit::detail::bit_cast<std::uint32_t>(back[i]) == trainkit::detail::bit_cast<std::uint32_t>(dec(wire[i])));
+}
+
 TEST_CASE("compression: int8_block error is at most half a step of its block's scale", "[dist][compression]") {
   constexpr index_t B = 64;
   using C = compression::int8_block<B>;
@@ -534,23 +562,27 @@ void check_pieces_match_whole_chunks(int world, index_t n, dist::reduce_op op) {
 TEST_CASE("compressed_allreduce: the pipelined pieces give the bytes and residuals of whole chunks",
           "[dist][compression][allreduce]") {
   // Lengths that cut each chunk into several pieces (one shorter) and leave padding in the last chunk.
-  const index_t long_n = 2 * trainkit::compression::detail::compress_piece_target + 12345;
+  // (pieces carry at most 32 KiB of wire per rank and 2^18 elements: int8 ~3, fp16 ~5 and none ~9
+  // pieces at 70000 elements per rank, 1-bit 2 at 270000).
   for (auto [world, op] : {std::pair{2, dist::reduce_op::sum}, std::pair{3, dist::reduce_op::avg}}) {
-    {
-      for (index_t n : {index_t(1000), long_n * world}) {
-        check_pieces_match_whole_chunks<compression::int8_block<128>>(world, n, op);
-        check_pieces_match_whole_chunks<compression::sign_1bit>(world, n, op);
-        check_pieces_match_whole_chunks<compression::fp16>(world, n, op);
-        check_pieces_match_whole_chunks<compression::none>(world, n, op);
-      }
+    for (index_t per_rank : {index_t(333), index_t(70001)}) {
+      check_pieces_match_whole_chunks<compression::int8_block<128>>(world, per_rank * world, op);
+      check_pieces_match_whole_chunks<compression::fp16>(world, per_rank * world, op);
+      check_pieces_match_whole_chunks<compression::none>(world, per_rank * world, op);
     }
+    for (index_t per_rank : {index_t(333), index_t(270001)})
+      check_pieces_match_whole_chunks<compression::sign_1bit>(world, per_rank * world, op);
   }
-  // The split itself: whole blocks, at most compress_max_pieces, covering the chunk.
-  for (index_t chunk : {index_t(256), index_t(65536), index_t(65536 + 256), index_t(1) << 26}) {
+  // The split itself: whole blocks, small messages and pieces, at most compress_max_pieces, covering the chunk.
+  for (index_t chunk : {index_t(256), index_t(65536), index_t(65536 + 256), index_t(1) << 26, index_t(1) << 30}) {
     const auto s = trainkit::compression::detail::compress_split<compression::sign_1bit>(chunk);
     INFO("chunk " << chunk);
     CHECK(s.piece % 256 == 0);
     CHECK(s.count <= trainkit::compression::detail::compress_max_pieces);
+    if (s.count < trainkit::compression::detail::compress_max_pieces) {  // within a block of the limits
+      CHECK(compression::sign_1bit::wire_bytes(s.piece - 256) < trainkit::compression::detail::compress_piece_wire);
+      CHECK(s.piece - 256 < trainkit::compression::detail::compress_piece_elements);
+    }
     CHECK(s.count * s.piece >= chunk);
     CHECK((s.count - 1) * s.piece < chunk);
   }
