@@ -289,7 +289,8 @@ TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp]
   // weight as its GEMM took it (as torch's autocast does; on the CPU, whose GEMM widens fp16, that is
   // the rounded fp32 copy: a quarter of an activation here). bf16
   // passes its values between the ops in bf16: the relu's output is the next linear's saved input,
-  // one bf16 activation per block, as torch.autocast's bf16 tensors.
+  // one bf16 activation per block, as torch.autocast's bf16 tensors (where the CPU multiplies bf16
+  // natively; elsewhere bf16 is held like fp16).
   generator gen(3);
   nn::sequential<float> net;
   for (int i = 0; i < 8; ++i) {
@@ -309,5 +310,8 @@ TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp]
   WARN("bytes held for backward: fp32 " << f / act << " activations, bf16 " << b / act << ", fp16 "
                                         << h / act);
   REQUIRE(double(h) <= 0.9 * double(f));  // 11 of 16 here (the weights' rounded copies: 2 of them)
-  REQUIRE(double(b) <= 0.4 * double(f));  // 5.5 of 16 (a bf16 activation and a weight copy per block)
+  if (backend::blas<cpu>::bf16_native())
+    REQUIRE(double(b) <= 0.4 * double(f));  // 5.5 of 16 (a bf16 activation and a weight copy per block)
+  else  // a CPU without bf16 arithmetic: bf16 values held in fp32, as fp16's
+    REQUIRE(double(b) <= 0.9 * double(f));
 }

@@ -384,6 +384,23 @@ TEST_CASE("the limit in force reaches trainkit's checks and oneDNN", "[cpu]") {
 #endif
 }
 
+TEST_CASE("bf16 products run natively only on bf16 arithmetic, oneDNN and a route that takes it", "[cpu]") {
+  // amp's bf16 ops hold their values in bf16 where this is true, in fp32 on the fp32 kernels elsewhere.
+  const bool native = cpu_blas::bf16_native();
+  INFO(cf::describe());
+#if TRAINKIT_HAS_ONEDNN
+  CHECK(native == (cf::current().bf16_arithmetic() && backend::onednn_supports<bf16>()));
+  {
+    route_guard g(backend::cpu_gemm_route::openblas);
+    CHECK_FALSE(cpu_blas::bf16_native());
+  }
+  CHECK(cpu_blas::bf16_native() == native);
+#else
+  CHECK_FALSE(native);
+#endif
+  if (!cf::current().bf16_arithmetic()) CHECK_FALSE(native);
+}
+
 TEST_CASE("a CPU without bf16 arithmetic says so once", "[cpu]") {
   // amp::autocast's bf16 ops call this at each GEMM and convolution: one line per process.
   if (cf::current().bf16_arithmetic()) {

@@ -122,19 +122,20 @@ comparison compare(const ftensor& got, const ftensor& want) {
 
 /// The tolerances of the route that ran. oneDNN's bf16 kernels (AVX-512 CPUs) are PyTorch's own CPU
 /// autocast kernels: one ulp at the tensor's largest magnitude (2^-7) and >= 90 % of the values bit
-/// for bit (all of them on the machines checked so far). Without them (an AVX2 CPU: no oneDNN bf16
-/// kernel) the convolutions and GEMMs widen bf16 operands to fp32 and sum them in im2col/sgemm's
-/// order, not oneDNN's: more fp32 sums straddle a bf16 rounding boundary, and a flip in c2's input
-/// gradient reaches c1 and the stem. Measured there: at most 2 ulps at the largest magnitude
-/// (c1.weight 0.0119 of max|torch|) and 528 of 681 values bitwise equal; so 2^-6 and >= 70 %.
+/// for bit (all of them on the machines checked so far). Without them (a CPU without bf16
+/// arithmetic: blas<cpu>::bf16_native() is false) the convolutions and GEMMs multiply bf16-rounded
+/// values held in fp32 and sum them in im2col/sgemm's order, not oneDNN's: more fp32 sums straddle
+/// a bf16 rounding boundary, and a flip in c2's input gradient reaches c1 and the stem. Measured
+/// there: at most 2 ulps at the largest magnitude (c1.weight 0.0119 of max|torch|) and 528 of 681
+/// values bitwise equal; so 2^-6 and >= 70 %.
 struct route_tolerance {
   const char* route;
   double rel;              // max |trainkit - torch| <= rel * max |torch|, per tensor
   std::size_t equal_pct;   // bitwise-equal share over all the values
 };
 route_tolerance tolerance_of_route() {
-  if (backend::onednn_supports<trainkit::bfloat16>()) return {"oneDNN bf16 kernels", 1.0 / 128, 90};
-  return {"bf16 widened to fp32 (no oneDNN bf16 kernel on this CPU)", 1.0 / 64, 70};
+  if (backend::blas<cpu>::bf16_native()) return {"oneDNN bf16 kernels", 1.0 / 128, 90};
+  return {"bf16 values held in fp32 on the fp32 kernels (no bf16 arithmetic on this CPU)", 1.0 / 64, 70};
 }
 const route_tolerance bf16_tol = tolerance_of_route();
 

@@ -85,11 +85,37 @@ tensor<T, D> from_gemm(tensor<G, D> t) {
     return cast<T>(cast<Compute>(t));
 }
 
-/// Whether a mixed op leaves its result in bfloat16 (var::from_bfloat16) and hands its input
-/// gradients on in bfloat16 (grad_flow): a bf16 policy on a device with a native bf16 GEMM, where
+/// Whether a mixed op whose GEMMs run on G leaves its result in bfloat16 (var::from_bfloat16) and
+/// hands its input gradients on in bfloat16 (grad_flow): a bf16 policy on a native bf16 GEMM, where
 /// the GEMM's own output is the result - as torch.autocast's bf16 ops return bf16 tensors.
+template <class G, class Compute>
+inline constexpr bool keeps_bf16 = std::is_same_v<Compute, bfloat16> && std::is_same_v<G, bfloat16>;
+
+/// Whether the mixed ops of Compute on Device multiply on the widened route now: always where the
+/// device has no native GEMM of Compute (fp16 on the CPU); for bf16 on the CPU, where this CPU has
+/// no bf16 arithmetic or the GEMM route is OpenBLAS (blas<cpu>::bf16_native). There the operands
+/// are rounded to bf16 and held in fp32, and the fp32 kernels multiply them (fp32 accumulation,
+/// the result rounded to bf16): the numbers of the native route at fp32's speed, instead of
+/// widening bf16 tensors before every GEMM.
 template <class Device, class Compute>
-inline constexpr bool keeps_bf16 = std::is_same_v<Compute, bfloat16> && native_gemm<Device, Compute>;
+bool widens_now() {
+  if constexpr (std::is_same_v<gemm_t<Device, Compute>, float>)
+    return true;
+  else if constexpr (std::is_same_v<Device, cpu> && std::is_same_v<Compute, bfloat16>)
+    return !backend::blas<cpu>::bf16_native();
+  else
+    return false;
+}
+
+/// f(std::type_identity<G>{}) with G the type the mixed ops of Compute on Device multiply on now:
+/// gemm_t<Device, Compute>, or float where widens_now().
+template <class Device, class Compute, class F>
+decltype(auto) on_gemm_type(F&& f) {
+  using N = gemm_t<Device, Compute>;
+  if constexpr (!std::is_same_v<N, float>)
+    if (widens_now<Device, Compute>()) return f(std::type_identity<float>{});
+  return f(std::type_identity<N>{});
+}
 
 /// x's values as Compute elements, dense: its bfloat16 values as they are when it holds them
 /// (the previous 16-bit op's result), else rounded from T.
@@ -98,6 +124,16 @@ tensor<Compute, D> compute_values(const autograd::var<T, D>& x) {
   if constexpr (std::is_same_v<Compute, bfloat16>)
     if (x.holds_bf16()) return x.value_bf16().contiguous();
   return cast<Compute>(x.value().contiguous());
+}
+
+/// x's values as G elements rounded to Compute, dense: x's own tensor where they are Compute values
+/// already (tagged value_precision: a mixed op's result, and relu, pooling, batch norm and adds of
+/// such), else rounded in one pass.
+template <class G, class Compute, class T, class D>
+tensor<G, D> gemm_values(const autograd::var<T, D>& x) {
+  if constexpr (std::is_same_v<G, T>)
+    if (x.precision() == autograd::precision_of<Compute> && !x.holds_bf16()) return x.value().contiguous();
+  return to_gemm<G, Compute>(x.value()).contiguous();
 }
 
 /// The incoming gradient as G elements rounded to Compute (a bf16 gradient as it is).
@@ -144,10 +180,9 @@ namespace ops {
 
 /// amp::linear's node: x folded to [rows, in] in Compute and the weight [out, in] as the forward's
 /// GEMM took it (Compute values, in the GEMM's type).
-template <class Compute, class T, class D>
+template <class Compute, class T, class D, class G = detail::gemm_t<D, Compute>>
 struct linear {
   static constexpr std::string_view name = "linear";
-  using G = detail::gemm_t<D, Compute>;
   tensor<Compute, D> x2;
   tensor<G, D> wg;
   shape x_sizes;
@@ -160,7 +195,7 @@ struct linear {
   /// bf16 with a native GEMM: the gradient in and the input's gradient out stay bf16.
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
                                                        const std::vector<bool>& needs) const
-    requires detail::keeps_bf16<D, Compute>
+    requires detail::keeps_bf16<G, Compute>
   {
     return detail::gradients_kept_bf16<T, D>(plain(needs).backward(detail::gradient_to_gemm<G, Compute>(g), needs),
                                              needs);
@@ -174,12 +209,11 @@ struct linear {
 };
 
 /// amp::matmul's node: both operands in Compute (they are usually activations).
-template <class Compute, class T, class D>
+template <class Compute, class T, class D, class G = detail::gemm_t<D, Compute>>
 struct matmul {
   static constexpr std::string_view name = "matmul";
   tensor<Compute, D> a, b;
 
-  using G = detail::gemm_t<D, Compute>;
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
     const autograd::ops::matmul<G, D> op{cast<G>(a), cast<G>(b)};
     return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
@@ -188,7 +222,7 @@ struct matmul {
   /// bf16 with a native GEMM: the gradient in and both operands' gradients out stay bf16.
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
                                                        const std::vector<bool>& needs) const
-    requires detail::keeps_bf16<D, Compute>
+    requires detail::keeps_bf16<G, Compute>
   {
     return detail::gradients_kept_bf16<T, D>(
         autograd::ops::matmul<G, D>{a, b}.backward(detail::gradient_to_gemm<G, Compute>(g), needs), needs, 2);
@@ -197,10 +231,9 @@ struct matmul {
 
 /// amp::conv2d's node: the dense input [N, C, H, W] in Compute and the weight as the forward's
 /// convolution took it (Compute values, in the GEMM's type).
-template <class Compute, class T, class D>
+template <class Compute, class T, class D, class G = detail::gemm_t<D, Compute>>
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
-  using G = detail::gemm_t<D, Compute>;
   tensor<Compute, D> x;
   tensor<G, D> wg;  // dense
   shape x_sizes;
@@ -215,7 +248,7 @@ struct conv2d {
   /// bf16 with a native GEMM: the gradient in and the input's gradient out stay bf16.
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& grad,
                                                        const std::vector<bool>& needs) const
-    requires detail::keeps_bf16<D, Compute>
+    requires detail::keeps_bf16<G, Compute>
   {
     return detail::gradients_kept_bf16<T, D>(
         plain().backward(detail::gradient_to_gemm<G, Compute>(grad), needs), needs);
@@ -233,7 +266,7 @@ namespace detail {
 template <class T, class Compute, class Op, class G, class D>
 autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T, D>& x,
                                   const autograd::var<T, D>& w, const autograd::var<T, D>& b) {
-  if constexpr (keeps_bf16<D, Compute>) {
+  if constexpr (keeps_bf16<G, Compute>) {
     return b.defined() ? autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w, b)
                        : autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w);
   } else {
@@ -248,10 +281,11 @@ autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T
 /// matmul with operands and result rounded to Compute, a and b saved in Compute.
 template <class Compute, class T, class D>
 autograd::var<T, D> mixed_matmul(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
-  using G = gemm_t<D, Compute>;
-  const tensor<Compute, D> ac = compute_values<Compute>(a), bc = compute_values<Compute>(b);
-  return record_result<T, Compute>(ops::matmul<Compute, T, D>{ac, bc}, trainkit::matmul(cast<G>(ac), cast<G>(bc)),
-                                   a, b, autograd::var<T, D>());
+  return on_gemm_type<D, Compute>([&]<class G>(std::type_identity<G>) {
+    const tensor<Compute, D> ac = compute_values<Compute>(a), bc = compute_values<Compute>(b);
+    return record_result<T, Compute>(ops::matmul<Compute, T, D, G>{ac, bc},
+                                     trainkit::matmul(cast<G>(ac), cast<G>(bc)), a, b, autograd::var<T, D>());
+  });
 }
 }  // namespace detail
 
@@ -266,7 +300,6 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
     return autograd::linear(x, weight, bias);
   } else {
     using C = typename P::compute_type;
-    using G = detail::gemm_t<D, C>;
     const shape& xs = x.sizes();  // x.value() would make the T copy of a bf16-held input
     const auto& wv = weight.value();
     TRAINKIT_CHECK(
@@ -280,33 +313,34 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
       TRAINKIT_CHECK(bias.dim() == 1 && bias.size(0) == out_f, shape_error, "linear",
                      "bias of sizes " << trainkit::to_string(bias.sizes()) << " does not match weight sizes "
                                       << trainkit::to_string(wv.sizes()) << " (expected [" << out_f << "])");
-    // The input is saved (in C) only for the weight's gradient; without one (no_grad, the
-    // forward of a checkpointed segment, a frozen layer) it is rounded straight to the gemm type.
-    const bool save_x = autograd::is_grad_enabled() && weight.requires_grad();
-    constexpr bool keep = detail::keeps_bf16<D, C>;
-    tensor<C, D> xc;  // [rows, in], saved
-    tensor<G, D> xg;
-    if constexpr (keep) {
-      xg = detail::compute_values<C>(x).view({-1, in});  // the previous op's bf16 values as they are
-      if (save_x) xc = xg;
-    } else {
-      const auto& xv = x.value();
-      if (save_x) xc = cast<C>(xv).view({-1, in});
-      xg = save_x ? cast<G>(xc) : detail::to_gemm<G, C>(xv).reshape({-1, in});
-    }
-    tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
-    shape os(xs.begin(), xs.end() - 1);
-    os.push_back(out_f);
-    auto out = tensor<G, D>::empty({xg.size(0), out_f});
-    if (bias.defined()) {
-      // The bias rows first, then the GEMM adds x W^T onto them (beta = 1): one rounding at the end.
-      detail::bias_rows_into<C>(out, bias.value());
-      mm_into(out, xg, wg.t(), 1.0, 1.0);
-    } else {
-      mm_into(out, xg, wg.t(), 1.0, 0.0);
-    }
-    ops::linear<C, T, D> op{xc, wg, x.sizes(), bias.defined()};
-    return detail::record_result<T, C>(std::move(op), out.view(os), x, weight, bias);
+    return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G>) {
+      // The input is saved (in C) only for the weight's gradient; without one (no_grad, the
+      // forward of a checkpointed segment, a frozen layer) it is rounded straight to the gemm type.
+      const bool save_x = autograd::is_grad_enabled() && weight.requires_grad();
+      constexpr bool keep = detail::keeps_bf16<G, C>;
+      tensor<C, D> xc;  // [rows, in], saved
+      tensor<G, D> xg;
+      if constexpr (keep) {
+        xg = detail::compute_values<C>(x).view({-1, in});  // the previous op's bf16 values as they are
+        if (save_x) xc = xg;
+      } else {
+        xg = detail::gemm_values<G, C>(x).view({-1, in});
+        if (save_x) xc = cast<C>(xg);
+      }
+      tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
+      shape os(xs.begin(), xs.end() - 1);
+      os.push_back(out_f);
+      auto out = tensor<G, D>::empty({xg.size(0), out_f});
+      if (bias.defined()) {
+        // The bias rows first, then the GEMM adds x W^T onto them (beta = 1): one rounding at the end.
+        detail::bias_rows_into<C>(out, bias.value());
+        mm_into(out, xg, wg.t(), 1.0, 1.0);
+      } else {
+        mm_into(out, xg, wg.t(), 1.0, 0.0);
+      }
+      ops::linear<C, T, D, G> op{xc, wg, x.sizes(), bias.defined()};
+      return detail::record_result<T, C>(std::move(op), out.view(os), x, weight, bias);
+    });
   }
 }
 
@@ -347,7 +381,6 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
     return autograd::conv2d(x, weight, bias, o);
   } else {
     using C = typename P::compute_type;
-    using G = detail::gemm_t<D, C>;
     const bool unbatched = x.dim() == 3;
     shape xs = x.sizes();
     if (unbatched) xs.insert(xs.begin(), 1);
@@ -357,17 +390,26 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
                      "bias of sizes " << trainkit::to_string(bias.sizes()) << " does not match weight sizes "
                                       << trainkit::to_string(weight.sizes()) << " (expected ["
                                       << weight.size(0) << "])");
-    const tensor<C, D> xc = detail::compute_values<C>(x).view(xs);  // dense, saved
-    const tensor<T, D> wv = weight.value().contiguous();
-    const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
-    const tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
-    const tensor<G, D> xg = cast<G>(xc);
-    auto yg = tensor<G, D>::empty({xg.size(0), wg.size(0), geo.out_h, geo.out_w});
-    if (yg.numel() > 0)
-      backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
-                                       bg.defined() ? bg.data() : nullptr, yg.data());
-    ops::conv2d<C, T, D> op{xc, wg, x.sizes(), geo, o.groups, bias.defined()};
-    return detail::record_result<T, C>(std::move(op), unbatched ? yg.squeeze(0) : yg, x, weight, bias);
+    return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G>) {
+      tensor<C, D> xc;  // dense, saved
+      tensor<G, D> xg;
+      if constexpr (std::is_same_v<G, C>) {
+        xc = detail::compute_values<C>(x).view(xs);
+        xg = xc;
+      } else {
+        xg = detail::gemm_values<G, C>(x).view(xs);
+        xc = cast<C>(xg);
+      }
+      const tensor<T, D> wv = weight.value().contiguous();
+      const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
+      const tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
+      auto yg = tensor<G, D>::empty({xg.size(0), wg.size(0), geo.out_h, geo.out_w});
+      if (yg.numel() > 0)
+        backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
+                                         bg.defined() ? bg.data() : nullptr, yg.data());
+      ops::conv2d<C, T, D, G> op{xc, wg, x.sizes(), geo, o.groups, bias.defined()};
+      return detail::record_result<T, C>(std::move(op), unbatched ? yg.squeeze(0) : yg, x, weight, bias);
+    });
   }
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "trainkit/backend/blas.hpp"
+#include "trainkit/backend/cpu/cpu_features.hpp"  // bf16_arithmetic
 #include "trainkit/backend/cpu/onednn_gemm.hpp"  // onednn_gemm, cpu_gemm_route
 #include "trainkit/config.hpp"
 #include "trainkit/core/bfloat16.hpp"
@@ -78,6 +79,20 @@ struct blas<cpu> {
         return true;  // bfloat16, half: native 16-bit kernels beat widening to sgemm
       }
     }
+#else
+    return false;
+#endif
+  }
+
+  /// Whether bfloat16 products run natively now: oneDNN's bf16 kernels, on a CPU with bf16
+  /// arithmetic (AVX512-BF16, AMX-BF16, AVX-NE-CONVERT; within TRAINKIT_MAX_CPU_ISA), under a GEMM
+  /// route that takes oneDNN. amp's bf16 ops check it: elsewhere they hold bf16-rounded values in
+  /// fp32 and multiply them on the fp32 kernels (oneDNN's AVX-512 emulation of bf16, and widening
+  /// bf16 tensors before every product, cost 1.3-1.4x the fp32 step).
+  static bool bf16_native() {
+#if TRAINKIT_HAS_ONEDNN
+    return get_cpu_gemm_route() != cpu_gemm_route::openblas && cpu_features::current().bf16_arithmetic() &&
+           onednn_supports<bfloat16>();
 #else
     return false;
 #endif

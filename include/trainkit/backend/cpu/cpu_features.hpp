@@ -192,10 +192,9 @@ inline bool note_bf16_without_arithmetic() {
   if (said.load(std::memory_order_relaxed) || said.exchange(true)) return false;
   std::fprintf(stderr,
                "trainkit: this CPU (%s) has no bf16 arithmetic (no AVX512-BF16, AMX-BF16 or AVX-NE-CONVERT): bf16 "
-               "GEMMs and convolutions multiply bf16-rounded operands with fp32 accumulation %s, so bf16 steps are "
-               "no faster than fp32 here\n",
-               detected().model.c_str(),
-               current().avx512 ? "in oneDNN's AVX-512 emulation" : "by widening them to fp32 (OpenBLAS, im2col)");
+               "GEMMs and convolutions run on the fp32 kernels with bf16-rounded operands held in fp32 (fp32 "
+               "accumulation, results rounded to bf16), so bf16 steps are no faster than fp32 here\n",
+               detected().model.c_str());
   return true;
 }
 
