@@ -21,6 +21,8 @@
 //                                (benchmarks/allreduce_netns.sh with RANKS_PER_HOST=2)
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

@@ -12,6 +12,8 @@
 //   OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 ./bench_amp_checkpoint
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include <cstdio>
 #include <map>
 #include <memory>

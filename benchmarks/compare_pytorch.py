@@ -11,7 +11,7 @@ own fp32 step (issue goals: bf16 >= 1.5x trainkit's fp32 and <= 1.0x PyTorch's b
     python3 benchmarks/compare_pytorch.py [--build build] [--threads 2] [--precision] [--rounds 3]
 --rounds N repeats the whole comparison N times (interleaved) and prints each ratio's median and
 range: the machines are noisy. Needs `pip install torch` and a build with benchmarks
-(bench_train_step, bench_gemm).
+(bench_train_step, bench_gemm). The first line names the CPU (model and flags).
 """
 import argparse
 import json
@@ -174,7 +174,26 @@ def print_precision(rounds, threads):
         print(f"{model:<8}" + "".join(f"{c:>22}" for c in cells))
 
 
+def cpu_line():
+    """The CPU's model and the flags the kernels choose by, as the C++ benchmarks print them."""
+    model, flags = "unknown", []
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model == "unknown":
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    have = set(line.split(":", 1)[1].split())
+                    flags = [x for x in ("avx2", "fma", "f16c", "avx512f", "avx512_bf16", "amx_bf16", "avx_ne_convert")
+                             if x in have]
+    except OSError:
+        pass
+    limit = os.environ.get("TRAINKIT_MAX_CPU_ISA") or os.environ.get("ONEDNN_MAX_CPU_ISA")
+    return f"CPU: {model}; flags: {' '.join(flags)}" + (f"; limited by {limit}" if limit else "")
+
+
 def main():
+    print(cpu_line())
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
     ap.add_argument("--threads", type=int, default=2)

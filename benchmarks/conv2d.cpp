@@ -3,6 +3,8 @@
 // bm_conv2d_route_* rows on each route in fp32 and bfloat16 (the Fashion-MNIST CNN's two convolutions).
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include <utility>  // std::move
 
 #include "trainkit/trainkit.hpp"

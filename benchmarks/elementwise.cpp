@@ -1,6 +1,8 @@
 // Elementwise ops and reductions on the host: dense, broadcast and strided operands, in GB/s.
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include "trainkit/trainkit.hpp"
 
 namespace {

@@ -7,6 +7,8 @@
 //
 //   build/benchmarks/bench_gemm --benchmark_filter=blas_gemm --benchmark_repetitions=3
 #include <benchmark/benchmark.h>
+
+#include "cpu_context.hpp"  // the CPU in the output
 #include <cblas.h>
 
 #include <random>

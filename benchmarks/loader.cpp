@@ -22,6 +22,8 @@
 // file (30 MB) goes to a new directory in $TMPDIR (or /tmp), removed at exit.
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include <unistd.h>  // getpid
 
 #include <array>

@@ -4,6 +4,8 @@
 // /tmp (the fsync cost depends on that file system: measure where the snapshots will go).
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include <cstdlib>
 #include <filesystem>
 #include <memory>

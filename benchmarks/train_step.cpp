@@ -9,6 +9,8 @@
 //                                   gradients and optimizer state (activations and transients)
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 
 #include "trainkit/trainkit.hpp"
 

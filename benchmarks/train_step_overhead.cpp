@@ -7,6 +7,8 @@
 // train_step adds per step) timed alone, as a share of the step's median time.
 #include <benchmark/benchmark.h>
 
+#include "cpu_context.hpp"  // the CPU in the output
+
 #include <cstdio>
 #include <map>
 #include <memory>
