@@ -19,6 +19,7 @@
 #include <algorithm>  // std::min, std::max
 #include <cstddef>
 #include <cstdint>
+#include <utility>  // std::pair
 #include <vector>
 
 #include "trainkit/core/error.hpp"
@@ -52,28 +53,37 @@ constexpr index_t compress_tile(index_t block) { return block >= 2048 ? block : 
 /// Runs body(tile_index, scratch_a, scratch_b) for every tile in [0, tiles), with two scratch
 /// buffers of `tile` floats per thread; parallel over OpenMP threads when there is enough work.
 /// poll() is called every few tiles, by one thread only (the collectives in flight are tested
-/// there: their handles are not shared between threads).
+/// there: their handles are not shared between threads). The scratch is each thread's own and kept
+/// between calls: the pipelined allreduce makes three calls per piece.
 template <class Body, class Poll>
 void compress_for_tiles(index_t tiles, index_t tile, Body body, Poll poll) {
   constexpr index_t poll_every = 8;
+  auto scratch = [tile] {
+    thread_local std::vector<float> a, b;
+    if (a.size() < static_cast<std::size_t>(tile)) {
+      a.resize(static_cast<std::size_t>(tile));
+      b.resize(static_cast<std::size_t>(tile));
+    }
+    return std::pair<float*, float*>(a.data(), b.data());
+  };
 #if TRAINKIT_HAS_OPENMP
   if (tiles > 1 && tiles * tile >= compress_parallel_threshold) {
 #pragma omp parallel
     {
-      std::vector<float> a(static_cast<std::size_t>(tile)), b(static_cast<std::size_t>(tile));
+      const auto [a, b] = scratch();
       const bool polls = omp_get_thread_num() == 0;
 #pragma omp for schedule(static)
       for (index_t t = 0; t < tiles; ++t) {
-        body(t, a.data(), b.data());
+        body(t, a, b);
         if (polls && t % poll_every == poll_every - 1) poll();
       }
     }
     return;
   }
 #endif
-  std::vector<float> a(static_cast<std::size_t>(tile)), b(static_cast<std::size_t>(tile));
+  const auto [a, b] = scratch();
   for (index_t t = 0; t < tiles; ++t) {
-    body(t, a.data(), b.data());
+    body(t, a, b);
     if (t % poll_every == poll_every - 1) poll();
   }
 }

@@ -102,21 +102,23 @@ __attribute__((target("avx,f16c"))) inline void round_f32_f16_f16c(const float* 
 #endif
 
 #if defined(__SSE2__) && !defined(__CUDACC__)
-/// float -> bfloat16 by bfloat16's own rule (round to nearest even, a NaN quieted with its sign
-/// and top payload), 8 at a time with SSE2 - the compiler leaves the scalar rule unvectorised,
-/// having no 32 -> 16-bit narrowing before SSE4.1: here each result is sign-extended from its
-/// 16 bits, which a signed saturating pack then keeps exactly.
+/// bfloat16's own rule on 4 floats' bits (round to nearest even, a NaN quieted with its sign and
+/// top payload): the bfloat16 in the top 16 bits of each lane, the low 16 bits not yet cleared.
+inline __m128i bf16_round_high_sse2(__m128i u) {
+  const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff), quiet = _mm_set1_epi32(0x00400000);
+  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
+  const __m128i rounded = _mm_add_epi32(u, _mm_add_epi32(bias, _mm_and_si128(_mm_srli_epi32(u, 16), one)));
+  const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, magnitude), inf);
+  return _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(u, quiet)), _mm_andnot_si128(nan, rounded));
+}
+
+/// float -> bfloat16 by bfloat16's own rule, 8 at a time with SSE2 - the compiler leaves the scalar
+/// rule unvectorised, having no 32 -> 16-bit narrowing before SSE4.1: here each result is
+/// sign-extended from its 16 bits, which a signed saturating pack then keeps exactly.
 inline void f32_to_bf16_sse2(const float* in, std::uint16_t* out, index_t n) {
   index_t i = 0;
-  const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff), quiet = _mm_set1_epi32(0x40);
-  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
-  const auto round4 = [&](const float* p) {
-    const __m128i u = _mm_castps_si128(_mm_loadu_ps(p));
-    const __m128i top = _mm_srli_epi32(u, 16);
-    const __m128i rounded = _mm_srli_epi32(_mm_add_epi32(u, _mm_add_epi32(bias, _mm_and_si128(top, one))), 16);
-    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, magnitude), inf);
-    const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(top, quiet)), _mm_andnot_si128(nan, rounded));
-    return _mm_srai_epi32(_mm_slli_epi32(r, 16), 16);
+  const auto round4 = [](const float* p) {
+    return _mm_srai_epi32(bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(p))), 16);
   };
   for (; i + 8 <= n; i += 8)
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi32(round4(in + i), round4(in + i + 4)));
@@ -126,17 +128,9 @@ inline void f32_to_bf16_sse2(const float* in, std::uint16_t* out, index_t n) {
 /// rounded value's top 16 bits stay where they are).
 inline void round_f32_bf16_sse2(const float* in, float* out, index_t n) {
   index_t i = 0;
-  const __m128i one = _mm_set1_epi32(1), bias = _mm_set1_epi32(0x7fff), quiet = _mm_set1_epi32(0x00400000);
-  const __m128i magnitude = _mm_set1_epi32(0x7fffffff), inf = _mm_set1_epi32(0x7f800000);
   const __m128i high = _mm_set1_epi32(static_cast<int>(0xffff0000u));
-  for (; i + 4 <= n; i += 4) {
-    const __m128i u = _mm_castps_si128(_mm_loadu_ps(in + i));
-    const __m128i lsb = _mm_and_si128(_mm_srli_epi32(u, 16), one);
-    const __m128i rounded = _mm_add_epi32(u, _mm_add_epi32(bias, lsb));
-    const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, magnitude), inf);
-    const __m128i r = _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(u, quiet)), _mm_andnot_si128(nan, rounded));
-    _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_and_si128(r, high)));
-  }
+  for (; i + 4 <= n; i += 4)
+    _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_and_si128(bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(in + i))), high)));
   for (; i < n; ++i) out[i] = static_cast<float>(bfloat16(in[i]));
 }
 #define TRAINKIT_CPU_SSE2_BF16 1
