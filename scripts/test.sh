@@ -68,7 +68,10 @@ suite() {
   local build_rc=0
   cmake --build "$dir" -j "$jobs" -- -k 0 || build_rc=$?
   echo "=== [$name] ctest"
-  ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}" 2>&1 | tee "$dir/ctest.log"
+  # Kernel routes measured by the tests go to a route file of this build tree, shared by its tests
+  # (backend/cpu/measured_route.hpp), not to the user's cache.
+  TRAINKIT_ROUTE_CACHE="${TRAINKIT_ROUTE_CACHE:-$dir/cpu-routes}" \
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" "${ctest_args[@]}" 2>&1 | tee "$dir/ctest.log"
   local ctest_rc="${PIPESTATUS[0]}"
   if ((build_rc != 0)); then
     echo "=== [$name] build FAILED (see the compiler errors above)"

@@ -159,26 +159,40 @@ TEST_CASE("TRAINKIT_CPU_GEMM parses openblas, onednn and auto", "[gemm][onednn]"
 
 TEST_CASE("the route decides which library runs a GEMM", "[gemm][onednn]") {
   using backend::cpu_gemm_route;
+  using choice = cpu_blas::gemm_choice;
   {
     route_guard guard(cpu_gemm_route::openblas);
-    CHECK_FALSE(cpu_blas::uses_onednn<float>(128, 512, 784));
-    CHECK_FALSE(cpu_blas::uses_onednn<bf16>(128, 512, 784));
-    CHECK_FALSE(cpu_blas::uses_onednn<double>(128, 512, 784));
+    CHECK(cpu_blas::route_of<float>(128, 512, 784) == choice::openblas);
+    CHECK(cpu_blas::route_of<bf16>(128, 512, 784) == choice::openblas);
+    CHECK(cpu_blas::route_of<double>(128, 512, 784) == choice::openblas);
   }
 #if TRAINKIT_HAS_ONEDNN
   {
     route_guard guard(cpu_gemm_route::automatic);
-    CHECK(cpu_blas::uses_onednn<bf16>(1024, 1024, 1024) == backend::onednn_supports<bf16>());
-    CHECK(cpu_blas::uses_onednn<float>(128, 512, 784) == backend::onednn_prefers_f32(128, 512, 784));
-    CHECK_FALSE(cpu_blas::uses_onednn<float>(1024, 1024, 1024));
-    CHECK(cpu_blas::uses_onednn<f16>(8, 8, 8) == backend::onednn_supports<f16>());
-    CHECK_FALSE(cpu_blas::uses_onednn<double>(8, 8, 8));
+    CHECK(cpu_blas::route_of<bf16>(1024, 1024, 1024) ==
+          (backend::onednn_supports<bf16>() ? choice::onednn : choice::openblas));
+    // fp32 products from 2^20 multiply-adds: measured per shape; below, OpenBLAS.
+    CHECK(cpu_blas::route_of<float>(128, 512, 784) == choice::measured);
+    CHECK(cpu_blas::route_of<float>(1024, 1024, 1024) == choice::measured);
+    CHECK(cpu_blas::route_of<float>(64, 64, 64) == choice::openblas);
+    CHECK(cpu_blas::route_of<f16>(8, 8, 8) == (backend::onednn_supports<f16>() ? choice::onednn : choice::openblas));
+    CHECK(cpu_blas::route_of<double>(8, 8, 8) == choice::openblas);
+#if TRAINKIT_HAS_OPENMP
+    // Inside a parallel region (a convolution's per-image GEMMs): OpenBLAS, nothing measured.
+    int in_region = -1;
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp single
+      in_region = int(cpu_blas::route_of<float>(128, 512, 784));
+    }
+    CHECK(in_region == int(choice::openblas));
+#endif
   }
   {
     route_guard guard(cpu_gemm_route::onednn);
-    CHECK(cpu_blas::uses_onednn<float>(1024, 1024, 1024));
-    CHECK(cpu_blas::uses_onednn<bf16>(3, 5, 7) == backend::onednn_supports<bf16>());
-    CHECK_FALSE(cpu_blas::uses_onednn<float>(3, 5, 0));  // K = 0: C = beta C, OpenBLAS's
+    CHECK(cpu_blas::route_of<float>(1024, 1024, 1024) == choice::onednn);
+    CHECK(cpu_blas::route_of<bf16>(3, 5, 7) == (backend::onednn_supports<bf16>() ? choice::onednn : choice::openblas));
+    CHECK(cpu_blas::route_of<float>(3, 5, 0) == choice::openblas);  // K = 0: C = beta C, OpenBLAS's
   }
   INFO("oneDNN half GEMM on this CPU: " << backend::onednn_supports<f16>());
   INFO(backend::cpu_features::describe());
@@ -188,8 +202,8 @@ TEST_CASE("the route decides which library runs a GEMM", "[gemm][onednn]") {
   CHECK(backend::onednn_supports<bf16>() == backend::cpu_features::current().avx512);
 #else
   route_guard guard(cpu_gemm_route::onednn);
-  CHECK_FALSE(cpu_blas::uses_onednn<float>(8, 8, 8));  // without oneDNN every route is OpenBLAS's
-  CHECK_FALSE(cpu_blas::uses_onednn<bf16>(8, 8, 8));
+  CHECK(cpu_blas::route_of<float>(8, 8, 8) == choice::openblas);  // without oneDNN every route is OpenBLAS's
+  CHECK(cpu_blas::route_of<bf16>(8, 8, 8) == choice::openblas);
 #endif
 }
 

@@ -5,11 +5,13 @@
 #include <cblas.h>  // cblas_sgemm, cblas_dgemm, openblas_set_num_threads
 
 #include <algorithm>
+#include <cstdio>  // std::snprintf
 #include <type_traits>
 #include <vector>
 
 #include "trainkit/backend/blas.hpp"
 #include "trainkit/backend/cpu/cpu_features.hpp"  // bf16_arithmetic
+#include "trainkit/backend/cpu/measured_route.hpp"  // route_table
 #include "trainkit/backend/cpu/onednn_gemm.hpp"  // onednn_gemm, cpu_gemm_route
 #include "trainkit/config.hpp"
 #include "trainkit/core/bfloat16.hpp"
@@ -58,29 +60,31 @@ struct blas<cpu> {
   /// Products below this many multiply-adds run on one thread (a parallel region costs more).
   static constexpr double parallel_grain = double(1 << 20);
 
-  /// Whether gemm<T> of this shape goes to oneDNN under the route in force (get_cpu_gemm_route()).
+  /// Where gemm<T> of this shape goes under the route in force (get_cpu_gemm_route()): OpenBLAS,
+  /// oneDNN, or - an fp32 product of at least parallel_grain multiply-adds under the automatic
+  /// route, outside a parallel region - whichever measured faster for this shape on this machine
+  /// (backend/cpu/measured_route.hpp; measured at its first call, kept in the route file).
+  enum class gemm_choice { openblas, onednn, measured };
   template <class T>
-  static bool uses_onednn([[maybe_unused]] index_t m, [[maybe_unused]] index_t n, [[maybe_unused]] index_t k) {
+  static gemm_choice route_of([[maybe_unused]] index_t m, [[maybe_unused]] index_t n, [[maybe_unused]] index_t k) {
 #if TRAINKIT_HAS_ONEDNN
     if constexpr (std::is_same_v<T, double>) {
-      return false;
+      return gemm_choice::openblas;
     } else {
       const cpu_gemm_route route = get_cpu_gemm_route();
-      if (route == cpu_gemm_route::openblas || k == 0 || !onednn_supports<T>()) return false;
+      if (route == cpu_gemm_route::openblas || k == 0 || !onednn_supports<T>()) return gemm_choice::openblas;
       if constexpr (std::is_same_v<T, float>) {
-        if (route == cpu_gemm_route::onednn) return true;
-#if TRAINKIT_HAS_OPENMP
-        // Inside a parallel region (a convolution's per-image GEMMs) OpenBLAS: oneDNN's per-call
-        // overhead is paid once per image there, while it pays off on a top-level product.
-        if (omp_in_parallel()) return false;
-#endif
-        return onednn_prefers_f32(m, n, k);
+        if (route == cpu_gemm_route::onednn) return gemm_choice::onednn;
+        // Inside a parallel region (a convolution's per-image GEMMs) and below the grain,
+        // OpenBLAS: oneDNN's per-call overhead (about 8 us) is paid once per image there.
+        if (!detail::may_measure() || double(m) * double(n) * double(k) < parallel_grain) return gemm_choice::openblas;
+        return gemm_choice::measured;
       } else {
-        return true;  // bfloat16, half: native 16-bit kernels beat widening to sgemm
+        return gemm_choice::onednn;  // bfloat16, half: native 16-bit kernels beat widening to sgemm
       }
     }
 #else
-    return false;
+    return gemm_choice::openblas;
 #endif
   }
 
@@ -104,38 +108,16 @@ struct blas<cpu> {
     if (m == 0 || n == 0) return;
 #if TRAINKIT_HAS_ONEDNN
     if constexpr (!std::is_same_v<T, double>) {
-      if (uses_onednn<T>(m, n, k) && onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
-        return;
+      const gemm_choice route = route_of<T>(m, n, k);
+      bool onednn = route == gemm_choice::onednn;
+      if constexpr (std::is_same_v<T, float>)
+        if (route == gemm_choice::measured)
+          onednn = measured_onednn(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      if (onednn && onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
     }
 #endif
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-      if (detail::blas_threads_are_openmp()) {
-        call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-      }
-      detail::use_single_threaded_blas();
-      // Split C along its longer side: each thread then re-packs only the smaller operand.
-      const bool by_rows = m >= n;
-      const index_t extent = by_rows ? m : n;
-      const int nt = threads_for(double(m) * double(n) * double(k), extent);
-      if (nt <= 1) {
-        call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-        return;
-      }
-      const index_t chunk = ((extent + nt - 1) / nt + 15) / 16 * 16;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp parallel for schedule(static) num_threads(nt)
-#endif
-      for (int t = 0; t < nt; ++t) {
-        const index_t i0 = std::min(extent, t * chunk), i1 = std::min(extent, i0 + chunk);
-        if (i0 >= i1) continue;
-        if (by_rows)
-          call(trans_a, trans_b, i1 - i0, n, k, alpha, trans_a ? a + i0 : a + i0 * lda, lda, b, ldb, beta,
-               c + i0 * ldc, ldc);
-        else
-          call(trans_a, trans_b, m, i1 - i0, k, alpha, a, lda, trans_b ? b + i0 * ldb : b + i0, ldb, beta, c + i0,
-               ldc);
-      }
+      openblas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     } else {
       static_assert(floating_element<T>, "gemm needs a floating-point element type");
       // 16-bit floats without oneDNN (or TRAINKIT_CPU_GEMM=openblas): widen to fp32, multiply with
@@ -156,6 +138,61 @@ struct blas<cpu> {
   }
 
  private:
+#if TRAINKIT_HAS_ONEDNN
+  /// The measured choice for this product: each route runs on a copy of C when beta is not 0.
+  static bool measured_onednn(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double alpha, const float* a,
+                              index_t lda, const float* b, index_t ldb, double beta, float* c, index_t ldc) {
+    char key[160];
+    std::snprintf(key, sizeof key, "gemm f32 %c%c m%lld n%lld k%lld lda%lld ldb%lld ldc%lld beta%d t%d",
+                  trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', (long long)m, (long long)n, (long long)k, (long long)lda,
+                  (long long)ldb, (long long)ldc, beta == 0.0 ? 0 : 1, detail::route_threads());
+    std::vector<float> scratch;
+    return detail::route_table::get().choose(key, [&](bool onednn) {
+      float* out = c;
+      if (beta != 0.0) {
+        scratch.assign(c, c + (m - 1) * ldc + n);
+        out = scratch.data();
+      }
+      if (onednn) return onednn_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
+      openblas_gemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
+      return true;
+    });
+  }
+#endif
+
+  /// fp32/fp64 through OpenBLAS: as is when it threads through OpenMP, else single-threaded
+  /// OpenBLAS calls split over OpenMP threads here.
+  template <class T>
+  static void openblas_gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double alpha, const T* a,
+                            index_t lda, const T* b, index_t ldb, double beta, T* c, index_t ldc) {
+    if (detail::blas_threads_are_openmp()) {
+      call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    detail::use_single_threaded_blas();
+    // Split C along its longer side: each thread then re-packs only the smaller operand.
+    const bool by_rows = m >= n;
+    const index_t extent = by_rows ? m : n;
+    const int nt = threads_for(double(m) * double(n) * double(k), extent);
+    if (nt <= 1) {
+      call(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+    const index_t chunk = ((extent + nt - 1) / nt + 15) / 16 * 16;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static) num_threads(nt)
+#endif
+    for (int t = 0; t < nt; ++t) {
+      const index_t i0 = std::min(extent, t * chunk), i1 = std::min(extent, i0 + chunk);
+      if (i0 >= i1) continue;
+      if (by_rows)
+        call(trans_a, trans_b, i1 - i0, n, k, alpha, trans_a ? a + i0 : a + i0 * lda, lda, b, ldb, beta, c + i0 * ldc,
+             ldc);
+      else
+        call(trans_a, trans_b, m, i1 - i0, k, alpha, a, lda, trans_b ? b + i0 * ldb : b + i0, ldb, beta, c + i0, ldc);
+    }
+  }
+
   /// Threads for a product of `work` multiply-adds whose split side has `extent` rows/columns:
   /// one inside a parallel region or for small products; at least 32 rows/columns per thread.
   static int threads_for(double work, index_t extent) {

@@ -1,16 +1,19 @@
 // trainkit/backend/cpu/im2col.hpp - unfold/fold on the host, and convolution as im2col + GEMM
 // parallel over the images of the batch (one column buffer per thread, single-threaded GEMMs).
-// With oneDNN (TRAINKIT_HAS_ONEDNN) and the onednn route (TRAINKIT_CPU_CONV, the default there)
-// the fp32/bf16 passes run on oneDNN's convolution primitives (backend/cpu/onednn_conv.hpp).
+// With oneDNN (TRAINKIT_HAS_ONEDNN) the fp32/bf16 passes run on oneDNN's convolution primitives
+// (backend/cpu/onednn_conv.hpp) under the onednn route (TRAINKIT_CPU_CONV), and under the automatic
+// one wherever they measured faster for the pass and shape (backend/cpu/measured_route.hpp).
 #pragma once
 
 #include <algorithm>
+#include <cstdio>  // std::snprintf
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "trainkit/backend/blas.hpp"
 #include "trainkit/backend/cpu/blas.hpp"         // blas<cpu>::gemm
+#include "trainkit/backend/cpu/measured_route.hpp"  // route_table
 #include "trainkit/backend/cpu/onednn_conv.hpp"  // onednn_conv2d_*, cpu_conv_route
 #include "trainkit/backend/im2col.hpp"
 #include "trainkit/config.hpp"
@@ -120,8 +123,95 @@ struct convolution<cpu> {
   static void forward(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels, const T* x,
                       const T* w, const T* bias, T* y) {
 #if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() && onednn_conv2d_forward(g, groups, batch, out_channels, x, w, bias, y)) return;
+    auto onednn = [&] { return onednn_conv2d_forward(g, groups, batch, out_channels, x, w, bias, y); };
+    auto builtin = [&] { forward_im2col(g, groups, batch, out_channels, x, w, bias, y); };
+    if (takes_onednn<T>("conv_fwd", g, groups, batch, out_channels, bias != nullptr, onednn, builtin) && onednn())
+      return;
 #endif
+    forward_im2col(g, groups, batch, out_channels, x, w, bias, y);
+  }
+
+  template <class T>
+  static void backward_input(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
+                             const T* gy, const T* w, T* gx) {
+#if TRAINKIT_HAS_ONEDNN
+    auto onednn = [&] { return onednn_conv2d_backward_input(g, groups, batch, out_channels, gy, w, gx); };
+    auto builtin = [&] { backward_input_im2col(g, groups, batch, out_channels, gy, w, gx); };
+    if (takes_onednn<T>("conv_bwd_data", g, groups, batch, out_channels, false, onednn, builtin) && onednn()) return;
+#endif
+    backward_input_im2col(g, groups, batch, out_channels, gy, w, gx);
+  }
+
+  template <class T>
+  static void backward_weight(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
+                              const T* gy, const T* x, T* gw) {
+#if TRAINKIT_HAS_ONEDNN
+    auto onednn = [&] { return onednn_conv2d_backward_weight(g, groups, batch, out_channels, gy, x, gw); };
+    auto builtin = [&] { backward_weight_im2col(g, groups, batch, out_channels, gy, x, gw); };
+    if (takes_onednn<T>("conv_bwd_weights", g, groups, batch, out_channels, false, onednn, builtin) && onednn())
+      return;
+#endif
+    backward_weight_im2col(g, groups, batch, out_channels, gy, x, gw);
+  }
+
+  template <class T>
+  static void backward_bias(index_t batch, index_t out_channels, index_t pixels, const T* gy, T* gb) {
+    const bool big = out_channels > 1 && batch * out_channels * pixels >= 32768;
+    (void)big;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (big && !omp_in_parallel())
+#endif
+    for (index_t o = 0; o < out_channels; ++o) {
+      double s = 0;
+      for (index_t n = 0; n < batch; ++n) {
+        const T* p = gy + (n * out_channels + o) * pixels;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : s)
+#endif
+        for (index_t j = 0; j < pixels; ++j) s += double(p[j]);
+      }
+      gb[o] = T(s);
+    }
+  }
+
+  /// Passes of at least this many multiply-adds are measured under the automatic route; below,
+  /// timings are mostly noise and the type's rule decides (built-in fp32, oneDNN bfloat16).
+  static constexpr double measured_grain = double(1 << 18);
+
+ private:
+#if TRAINKIT_HAS_ONEDNN
+  /// Whether a pass goes to oneDNN: the route in force, the type, then (automatic route, passes of
+  /// measured_grain and more, outside a parallel region) the choice measured for this shape.
+  template <class T, class OneDNN, class Builtin>
+  static bool takes_onednn(const char* pass, const conv2d_geometry& g, index_t groups, index_t batch,
+                           index_t out_channels, bool bias, OneDNN& onednn, Builtin& builtin) {
+    if constexpr (!detail::onednn_cnn_type<T>) {
+      return false;
+    } else {
+      const cpu_conv_route route = get_cpu_conv_route();
+      if (route != cpu_conv_route::automatic) return route == cpu_conv_route::onednn;
+      const double work = double(batch) * double(g.col_rows()) * double(g.col_cols()) * double(out_channels / groups);
+      if (work < measured_grain || !detail::may_measure()) return std::is_same_v<T, bfloat16>;
+      char key[224];
+      std::snprintf(key, sizeof key,
+                    "%s %s n%lld c%lld h%lld w%lld o%lld g%lld k%lldx%lld s%lldx%lld p%lldx%lld d%lldx%lld b%d t%d",
+                    pass, std::is_same_v<T, float> ? "f32" : "bf16", (long long)batch, (long long)g.channels,
+                    (long long)g.height, (long long)g.width, (long long)out_channels, (long long)groups,
+                    (long long)g.kernel_h, (long long)g.kernel_w, (long long)g.stride_h, (long long)g.stride_w,
+                    (long long)g.pad_h, (long long)g.pad_w, (long long)g.dilation_h, (long long)g.dilation_w,
+                    int(bias), detail::route_threads());
+      return detail::route_table::get().choose(key, [&](bool use_onednn) {
+        if (use_onednn) return onednn();
+        builtin();
+        return true;
+      });
+    }
+  }
+#endif
+
+  template <class T>
+  static void forward_im2col(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels, const T* x,
+                             const T* w, const T* bias, T* y) {
     const index_t l = g.col_cols(), kg = g.col_rows() / groups, og = out_channels / groups;
     for_images<T>(g, batch, out_channels, [&](index_t n, T* col) {
       const T* cols = columns(g, x + n * g.image_size(), col);
@@ -136,11 +226,8 @@ struct convolution<cpu> {
   }
 
   template <class T>
-  static void backward_input(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
-                             const T* gy, const T* w, T* gx) {
-#if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() && onednn_conv2d_backward_input(g, groups, batch, out_channels, gy, w, gx)) return;
-#endif
+  static void backward_input_im2col(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
+                                    const T* gy, const T* w, T* gx) {
     const index_t l = g.col_cols(), kg = g.col_rows() / groups, og = out_channels / groups;
     const bool direct = is_pointwise(g);
     for_images<T>(g, batch, out_channels, [&](index_t n, T* col) {
@@ -156,11 +243,8 @@ struct convolution<cpu> {
   }
 
   template <class T>
-  static void backward_weight(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
-                              const T* gy, const T* x, T* gw) {
-#if TRAINKIT_HAS_ONEDNN
-    if (detail::use_onednn_cnn<T>() && onednn_conv2d_backward_weight(g, groups, batch, out_channels, gy, x, gw)) return;
-#endif
+  static void backward_weight_im2col(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
+                                     const T* gy, const T* x, T* gw) {
     const index_t l = g.col_cols(), kg = g.col_rows() / groups, og = out_channels / groups;
     const index_t wsize = out_channels * kg;
     // Each thread sums its images into its own copy of dW; the copies are added in thread order.
@@ -184,27 +268,6 @@ struct convolution<cpu> {
       for (index_t i = 0; i < wsize; ++i) gw[i] = T(C(gw[i]) + C(partial[std::size_t(t * wsize + i)]));
   }
 
-  template <class T>
-  static void backward_bias(index_t batch, index_t out_channels, index_t pixels, const T* gy, T* gb) {
-    const bool big = out_channels > 1 && batch * out_channels * pixels >= 32768;
-    (void)big;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp parallel for schedule(static) if (big && !omp_in_parallel())
-#endif
-    for (index_t o = 0; o < out_channels; ++o) {
-      double s = 0;
-      for (index_t n = 0; n < batch; ++n) {
-        const T* p = gy + (n * out_channels + o) * pixels;
-#if TRAINKIT_HAS_OPENMP
-#pragma omp simd reduction(+ : s)
-#endif
-        for (index_t j = 0; j < pixels; ++j) s += double(p[j]);
-      }
-      gb[o] = T(s);
-    }
-  }
-
- private:
   /// A 1x1 kernel with stride 1 and no padding reads the image as its own column matrix.
   static bool is_pointwise(const conv2d_geometry& g) {
     return g.kernel_h == 1 && g.kernel_w == 1 && g.stride_h == 1 && g.stride_w == 1 && g.pad_h == 0 && g.pad_w == 0;

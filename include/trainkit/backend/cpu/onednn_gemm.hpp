@@ -24,14 +24,6 @@
 
 namespace trainkit::backend {
 
-/// The fp32 rule of the automatic route (bench_gemm; figures in benchmarks/README.md, "CPU GEMM"):
-/// oneDNN from 2^20 multiply-adds (the MLP/CNN products, the per-image convolution GEMMs) up to
-/// 2^28; below, its per-call overhead loses; above, OpenBLAS is as fast or faster.
-inline bool onednn_prefers_f32(index_t m, index_t n, index_t k) {
-  const double work = double(m) * double(n) * double(k);
-  return work >= double(1 << 20) && work < double(1 << 28);
-}
-
 #if TRAINKIT_HAS_ONEDNN
 
 namespace detail {

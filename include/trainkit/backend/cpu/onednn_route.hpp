@@ -26,17 +26,20 @@
 namespace trainkit::backend {
 
 /// Which library runs the CPU GEMMs. automatic: oneDNN for bfloat16 (and half where oneDNN
-/// supports it on this CPU), and for the fp32 products that onednn_prefers_f32() picks; OpenBLAS
-/// for the rest. openblas: OpenBLAS only, 16-bit floats widened to fp32. onednn: oneDNN wherever it
-/// has a kernel.
+/// supports it on this CPU); for an fp32 product of at least 2^20 multiply-adds outside a parallel
+/// region, whichever of OpenBLAS and oneDNN measured faster for its shape on this machine
+/// (backend/cpu/measured_route.hpp); OpenBLAS for the rest. openblas: OpenBLAS only, 16-bit floats
+/// widened to fp32. onednn: oneDNN wherever it has a kernel.
 enum class cpu_gemm_route { automatic, openblas, onednn };
 
 /// Which kernels run the CPU's convolutions, poolings and batch norms. im2col: the built-in host
 /// kernels (convolution as im2col + GEMM); onednn: oneDNN primitives where they exist for the
-/// type and shape, the built-in kernels elsewhere; automatic: oneDNN for bfloat16 (its bf16
-/// kernels beat widening to fp32), the built-in kernels for fp32, where oneDNN's per-primitive
-/// parallel regions and layout reorders cost more than they save on few cores
-/// (benchmarks/README.md has the figures).
+/// type and shape, the built-in kernels elsewhere; automatic: each convolution pass (forward,
+/// backward-data, backward-weights) of at least 2^18 multiply-adds, fp32 or bfloat16, on whichever
+/// kernel measured faster for its shape on this machine (backend/cpu/measured_route.hpp; smaller
+/// ones: built-in for fp32, oneDNN for bfloat16); poolings and batch norms on oneDNN for bfloat16
+/// and the built-in kernels for fp32, where oneDNN's on plain layouts cost 1.3-1.9x a residual
+/// net's step (benchmarks/README.md has the figures).
 enum class cpu_conv_route { automatic, im2col, onednn };
 
 namespace detail {
