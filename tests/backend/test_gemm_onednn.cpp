@@ -171,10 +171,11 @@ TEST_CASE("the route decides which library runs a GEMM", "[gemm][onednn]") {
     route_guard guard(cpu_gemm_route::automatic);
     CHECK(cpu_blas::route_of<bf16>(1024, 1024, 1024) ==
           (backend::onednn_supports<bf16>() ? choice::onednn : choice::openblas));
-    // fp32 products from 2^20 multiply-adds: measured per shape; below, OpenBLAS.
+    // fp32 products from 2^16 multiply-adds: measured per shape; below, OpenBLAS.
     CHECK(cpu_blas::route_of<float>(128, 512, 784) == choice::measured);
     CHECK(cpu_blas::route_of<float>(1024, 1024, 1024) == choice::measured);
-    CHECK(cpu_blas::route_of<float>(64, 64, 64) == choice::openblas);
+    CHECK(cpu_blas::route_of<float>(64, 64, 16) == choice::measured);
+    CHECK(cpu_blas::route_of<float>(32, 32, 32) == choice::openblas);
     CHECK(cpu_blas::route_of<f16>(8, 8, 8) == (backend::onednn_supports<f16>() ? choice::onednn : choice::openblas));
     CHECK(cpu_blas::route_of<double>(8, 8, 8) == choice::openblas);
 #if TRAINKIT_HAS_OPENMP

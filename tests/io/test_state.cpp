@@ -4,11 +4,13 @@
 // snapshot timer and resumable_run.
 #include <catch2/catch.hpp>
 #include <csignal>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "io/io_test_util.hpp"
@@ -271,6 +273,62 @@ TEST_CASE("training_state captures and restores everything, default generator in
   io::snapshot partial;
   io::save_state(partial, "progress", st.progress());
   REQUIRE_THROWS_WITH(st.restore(partial), Contains("lacks section(s) 'rng.default', 'model'"));
+}
+
+TEST_CASE("a snapshot carries the CPU kernel routes; a resume on the same kind of machine takes them",
+          "[io][state][route]") {
+  // The run that writes the snapshot measured one shape (oneDNN faster); the resumed run is on a
+  // fresh machine of the same kind (an empty route file) where its own timing would say otherwise.
+  using backend::detail::route_table;
+  const std::string dir = std::string(TRAINKIT_TEST_TMP_DIR) + "/";
+  std::filesystem::remove(dir + "routes-writer.tsv");
+  std::filesystem::remove(dir + "routes-resumer.tsv");
+  struct restore_table {
+    ~restore_table() { route_table::get().use_file(""); }
+  } restore;
+  route_table::get().use_file(dir + "routes-writer.tsv");
+  int runs = 0;
+  CHECK(route_table::get().choose("k-snapshot", [&](bool onednn) {
+    ++runs;
+    std::this_thread::sleep_for(std::chrono::milliseconds(onednn ? 1 : 5));
+    return true;
+  }));
+  set_seed(5);
+  auto net = make_net(3);
+  io::training_state st;
+  st.add("model", *net);
+  const auto bytes = st.capture().to_bytes();
+  const auto snap = io::snapshot::from_bytes(bytes, "mem");
+  CHECK(snap.section("meta").get_string("cpu_routes").find("k-snapshot\tonednn\t") != std::string::npos);
+  CHECK(snap.section("meta").get_string("cpu_machine") == route_table::machine());
+
+  auto slow_onednn = [&](bool onednn) {
+    ++runs;
+    std::this_thread::sleep_for(std::chrono::milliseconds(onednn ? 5 : 1));
+    return true;
+  };
+  route_table::get().use_file(dir + "routes-resumer.tsv");
+  st.restore(snap);
+  runs = 0;
+  CHECK(route_table::get().choose("k-snapshot", slow_onednn));  // the snapshot's choice, not measured
+  CHECK(runs == 0);
+
+  // Written on another kind of machine: the routes are not taken; this machine measures its own.
+  io::snapshot foreign;
+  for (const auto& name : snap.section_names()) {
+    if (name != "meta") {
+      foreign.add_section_copy(snap.section(name));
+      continue;
+    }
+    auto& meta = foreign.add_section("meta");
+    meta.put_string("library", snap.section("meta").get_string("library"));
+    meta.put_string("cpu_machine", "CPU: another; flags: avx2");
+    meta.put_string("cpu_routes", snap.section("meta").get_string("cpu_routes"));
+  }
+  route_table::get().use_file("off");
+  st.restore(foreign);
+  CHECK_FALSE(route_table::get().choose("k-snapshot", slow_onednn));
+  CHECK(runs == 8);
 }
 
 TEST_CASE("preemption_guard turns SIGTERM into a flag and restores the previous handler",

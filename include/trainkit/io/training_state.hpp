@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "trainkit/backend/cpu/measured_route.hpp"  // the CPU kernel routes a snapshot carries
 #include "trainkit/config.hpp"  // TRAINKIT_VERSION_*
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/generator.hpp"
@@ -210,6 +211,7 @@ class training_state {
                                   << " lacks section(s) " << missing);
     run_progress p;
     load_state(snap, "progress", p);
+    adopt_routes(snap);
     for (auto& e : entries_) {
       if (no_per_rank && e.scope == state_scope::per_rank) continue;
       if (!resize || e.scope == state_scope::shared) {
@@ -244,7 +246,20 @@ class training_state {
                                    std::to_string(TRAINKIT_VERSION_MINOR) + "." +
                                    std::to_string(TRAINKIT_VERSION_PATCH));
     meta.put_int("unix_time", static_cast<std::int64_t>(std::time(nullptr)));
+    // The CPU kernel routes this process measured, and the machine they hold for: a run resumed
+    // from this snapshot on a fresh machine of the same kind takes the same routes, so it rounds
+    // as this run did (backend/cpu/measured_route.hpp).
+    meta.put_string("cpu_machine", backend::detail::route_table::machine());
+    meta.put_string("cpu_routes", backend::detail::route_table::get().serialize());
     return meta;
+  }
+  /// Takes the snapshot's CPU kernel routes where it was written on this kind of machine.
+  static void adopt_routes(const snapshot& snap) {
+    if (!snap.contains("meta")) return;
+    const auto& m = snap.section("meta");
+    if (m.contains("cpu_machine") && m.contains("cpu_routes") &&
+        m.get_string("cpu_machine") == backend::detail::route_table::machine())
+      backend::detail::route_table::get().adopt(m.get_string("cpu_routes"));
   }
   static std::string name_of(const entry& e, int rank) {
     return e.scope == state_scope::per_rank ? rank_section(e.section, rank) : e.section;

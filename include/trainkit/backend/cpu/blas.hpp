@@ -59,9 +59,12 @@ template <>
 struct blas<cpu> {
   /// Products below this many multiply-adds run on one thread (a parallel region costs more).
   static constexpr double parallel_grain = double(1 << 20);
+  /// fp32 products of at least this many multiply-adds are measured under the automatic route
+  /// (below, a few microseconds: timings are noise and OpenBLAS's lower call overhead decides).
+  static constexpr double measured_grain = double(1 << 16);
 
   /// Where gemm<T> of this shape goes under the route in force (get_cpu_gemm_route()): OpenBLAS,
-  /// oneDNN, or - an fp32 product of at least parallel_grain multiply-adds under the automatic
+  /// oneDNN, or - an fp32 product of at least measured_grain multiply-adds under the automatic
   /// route, outside a parallel region - whichever measured faster for this shape on this machine
   /// (backend/cpu/measured_route.hpp; measured at its first call, kept in the route file).
   enum class gemm_choice { openblas, onednn, measured };
@@ -77,7 +80,7 @@ struct blas<cpu> {
         if (route == cpu_gemm_route::onednn) return gemm_choice::onednn;
         // Inside a parallel region (a convolution's per-image GEMMs) and below the grain,
         // OpenBLAS: oneDNN's per-call overhead (about 8 us) is paid once per image there.
-        if (!detail::may_measure() || double(m) * double(n) * double(k) < parallel_grain) return gemm_choice::openblas;
+        if (!detail::may_measure() || double(m) * double(n) * double(k) < measured_grain) return gemm_choice::openblas;
         return gemm_choice::measured;
       } else {
         return gemm_choice::onednn;  // bfloat16, half: native 16-bit kernels beat widening to sgemm

@@ -103,6 +103,36 @@ class route_table {
     return out;
   }
 
+  /// This process's choices as the file holds them (one "key<TAB>route<TAB>us<TAB>us" line each):
+  /// what a snapshot carries, so that a run resumed on a fresh machine of the same kind takes the
+  /// routes the snapshotted run took.
+  std::string serialize() {
+    std::string out;
+    for (const auto& c : choices()) out += line_of(c);
+    return out;
+  }
+
+  /// Takes the choices of serialize()d `text` for this process, over any it has (not into the file:
+  /// other processes keep the machine's own). Lines that do not parse are skipped.
+  void adopt(std::string_view text) {
+    std::lock_guard lock(map_mutex_);
+    for_each_line(text, [&](const route_choice& c) { choices_.insert_or_assign(c.key, c); });
+  }
+
+  /// What the choices hold for: the CPU (model, usable flags, ISA limit) and the library versions.
+  /// Choices measured under another identity are not taken (the file's name hashes it).
+  static std::string machine() {
+    std::string m = cpu_features::describe();
+    m += "|trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." + std::to_string(TRAINKIT_VERSION_MINOR) + "." +
+         std::to_string(TRAINKIT_VERSION_PATCH);
+#if TRAINKIT_HAS_ONEDNN
+    const dnnl_version_t* v = dnnl_version();
+    m += "|oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " +
+         v->hash;
+#endif
+    return m;
+  }
+
   /// The file in use ("" when choices live in this process only).
   std::string path() {
     std::lock_guard lock(map_mutex_);
@@ -193,13 +223,30 @@ class route_table {
     std::lock_guard lock(map_mutex_);
     choices_.emplace(c.key, c);
     if (!write || fd_ < 0) return;
-    char line[512];
-    const int n = std::snprintf(line, sizeof line, "%s\t%s\t%.1f\t%.1f\n", c.key.c_str(),
-                                c.onednn ? "onednn" : "builtin", c.builtin_us, c.onednn_us);
-    if (n > 0 && std::size_t(n) < sizeof line) {
-      // One write of a whole line, appended (O_APPEND): a reader never sees half of it unless the
-      // writer dies inside the call, and a torn last line is skipped when read.
-      if (::write(fd_, line, std::size_t(n)) != n) warn_once("cannot append to", errno);
+    // One write of a whole line, appended (O_APPEND): a reader never sees half of it unless the
+    // writer dies inside the call, and a torn last line is skipped when read.
+    const std::string line = line_of(c);
+    if (::write(fd_, line.data(), line.size()) != ssize_t(line.size())) warn_once("cannot append to", errno);
+  }
+
+  static std::string line_of(const route_choice& c) {
+    char times[64];
+    std::snprintf(times, sizeof times, "\t%.1f\t%.1f\n", c.builtin_us, c.onednn_us);
+    return c.key + (c.onednn ? "\tonednn" : "\tbuiltin") + times;
+  }
+
+  /// f(choice) for each complete line of text that parses (a last line without its newline is a
+  /// write in progress or torn: skipped).
+  template <class F>
+  static void for_each_line(std::string_view text, F&& f) {
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+      const std::size_t end = text.find('\n', pos);
+      if (end == std::string_view::npos) break;
+      const std::string_view line = text.substr(pos, end - pos);
+      pos = end + 1;
+      route_choice c;
+      if (parse_line(line, c)) f(c);
     }
   }
 
@@ -214,17 +261,9 @@ class route_table {
   /// The file's path: cpu-routes-<machine>.tsv in TRAINKIT_ROUTE_CACHE, else in the user's cache
   /// directory ("" where there is none).
   static std::string default_path(std::string_view dir_env) {
-    std::string machine = cpu_features::describe();
-    machine += "|trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." + std::to_string(TRAINKIT_VERSION_MINOR) +
-               "." + std::to_string(TRAINKIT_VERSION_PATCH);
-#if TRAINKIT_HAS_ONEDNN
-    const dnnl_version_t* v = dnnl_version();
-    machine += "|oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
-               std::to_string(v->patch) + " " + v->hash;
-#endif
     // FNV-1a: the same name in every process and every build (std::hash need not be).
     std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char ch : machine) h = (h ^ ch) * 1099511628211ull;
+    for (unsigned char ch : machine()) h = (h ^ ch) * 1099511628211ull;
     char name[64];
     std::snprintf(name, sizeof name, "cpu-routes-%016llx.tsv", static_cast<unsigned long long>(h));
     std::string dir;
@@ -274,15 +313,7 @@ class route_table {
       text.append(buf, std::size_t(n));
       off += n;
     }
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-      const std::size_t end = text.find('\n', pos);
-      if (end == std::string::npos) break;  // no newline yet: a line being written or torn
-      const std::string_view line(text.data() + pos, end - pos);
-      pos = end + 1;
-      route_choice c;
-      if (parse_line(line, c)) choices_.emplace(c.key, c);
-    }
+    for_each_line(text, [&](const route_choice& c) { choices_.emplace(c.key, c); });
   }
 
   static bool parse_line(std::string_view line, route_choice& c) {

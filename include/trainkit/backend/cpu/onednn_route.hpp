@@ -26,7 +26,7 @@
 namespace trainkit::backend {
 
 /// Which library runs the CPU GEMMs. automatic: oneDNN for bfloat16 (and half where oneDNN
-/// supports it on this CPU); for an fp32 product of at least 2^20 multiply-adds outside a parallel
+/// supports it on this CPU); for an fp32 product of at least 2^16 multiply-adds outside a parallel
 /// region, whichever of OpenBLAS and oneDNN measured faster for its shape on this machine
 /// (backend/cpu/measured_route.hpp); OpenBLAS for the rest. openblas: OpenBLAS only, 16-bit floats
 /// widened to fp32. onednn: oneDNN wherever it has a kernel.
