@@ -16,6 +16,8 @@
 
 #include <trainkit/cuda.cuh>
 
+#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+
 namespace tk = trainkit;
 using tk::cuda;
 using tk::index_t;
@@ -51,6 +53,7 @@ int main(int argc, char** argv) try {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
   }
+  print_machine();
   const int iters = int(flag(argc, argv, "--iters", 20));
   const double mib = flag(argc, argv, "--mib", 256), peak = flag(argc, argv, "--peak-gbps", 4800);
   const index_t n = index_t(mib * double(1 << 20) / 4);

@@ -22,6 +22,8 @@
 
 #include <trainkit/cuda.cuh>
 
+#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
 using tk::cuda;
@@ -105,6 +107,7 @@ int main() try {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
   }
+  print_machine();
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   report<tk::amp::mixed_bf16>("linear_bf16_kernels");
   report<tk::amp::fp32>("linear_fp32_kernels");

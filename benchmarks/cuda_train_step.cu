@@ -23,6 +23,8 @@
 
 #include <trainkit/cuda.cuh>
 
+#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+
 #define FASHION_MNIST_CNN_MODEL_ONLY
 #include "../examples/fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the model of the CNN examples
 
@@ -100,6 +102,7 @@ int main(int argc, char** argv) try {
     std::printf("SKIPPED: no CUDA device\n");
     return 77;
   }
+  print_machine();
   const int steps = flag(argc, argv, "--steps", 50), warmup = flag(argc, argv, "--warmup", 10);
   const char* only = str_flag(argc, argv, "--only");
   auto wanted = [&](const char* name) { return only == nullptr || std::strcmp(only, name) == 0; };
