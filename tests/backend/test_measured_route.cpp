@@ -21,10 +21,12 @@
 #include "trainkit/backend/cpu/blas.hpp"
 #include "trainkit/backend/cpu/im2col.hpp"
 #include "trainkit/backend/cpu/measured_route.hpp"
+#include "support/values.hpp"  // random_floats
 
 namespace backend = trainkit::backend;
 using trainkit::index_t;
 using backend::detail::route_table;
+using trainkit::test::random_floats;
 
 namespace {
 
@@ -66,14 +68,6 @@ bool find_measured(const std::string& key, backend::route_choice& out) {
   return false;
 }
 
-template <class T>
-std::vector<T> measured_values(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<T> v(n);
-  for (auto& x : v) x = T(d(rng));
-  return v;
-}
 
 struct measured_gemm_route {
   backend::cpu_gemm_route saved = backend::get_cpu_gemm_route();
@@ -190,8 +184,8 @@ TEST_CASE("a GEMM measured at its first call gives the bits of the route it chos
   // 96 x 160 x 80 (2^20.2 multiply-adds, measured), C with a padded leading dimension, beta != 0:
   // the trials must not add into the caller's C.
   const index_t m = 96, n = 160, k = 80, ldc = 168;
-  const auto a = measured_values<float>(std::size_t(m * k), 1), b = measured_values<float>(std::size_t(k * n), 2);
-  const auto c0 = measured_values<float>(std::size_t(m * ldc), 3);
+  const auto a = random_floats(std::size_t(m * k), 1), b = random_floats(std::size_t(k * n), 2);
+  const auto c0 = random_floats(std::size_t(m * ldc), 3);
   REQUIRE(cpu_blas::route_of<float>(m, n, k) == cpu_blas::gemm_choice::measured);
   auto c = c0;
   cpu_blas::gemm<float>(false, false, m, n, k, 1.0, a.data(), k, b.data(), n, 0.5, c.data(), ldc);
@@ -223,10 +217,10 @@ TEST_CASE("convolution passes measured at their first call give the bits of the 
   g.channels = 8, g.height = g.width = 16, g.kernel_h = g.kernel_w = 3, g.pad_h = g.pad_w = 1;
   g.out_h = g.out_w = 16;
   const index_t batch = 8, out = 16;  // 8 * 72 * 256 * 16 = 2^21.2 multiply-adds per pass
-  const auto x = measured_values<float>(std::size_t(batch * g.image_size()), 4);
-  const auto w = measured_values<float>(std::size_t(out * g.col_rows()), 5);
-  const auto bias = measured_values<float>(std::size_t(out), 6);
-  const auto gy = measured_values<float>(std::size_t(batch * out * g.col_cols()), 7);
+  const auto x = random_floats(std::size_t(batch * g.image_size()), 4);
+  const auto w = random_floats(std::size_t(out * g.col_rows()), 5);
+  const auto bias = random_floats(std::size_t(out), 6);
+  const auto gy = random_floats(std::size_t(batch * out * g.col_cols()), 7);
   const std::size_t ny = gy.size(), nx = x.size(), nw = w.size();
 
   auto run = [&](std::vector<float>& y, std::vector<float>& gx, std::vector<float>& gw) {
@@ -281,7 +275,7 @@ TEST_CASE("small kernels, parallel regions and forced routes measure nothing", "
   fresh_route_file file("routes-none.tsv");
   using cpu_blas = backend::blas<trainkit::cpu>;
   using conv = backend::convolution<trainkit::cpu>;
-  const auto a = measured_values<float>(256 * 256, 1);
+  const auto a = random_floats(256 * 256, 1);
   std::vector<float> c(256 * 256);
   {
     measured_gemm_route automatic(backend::cpu_gemm_route::automatic);

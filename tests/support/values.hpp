@@ -17,6 +17,15 @@ inline tensor<float> random_float(const shape& s, std::mt19937& rng) {
   return tensor<float>::from_vector(v, s);
 }
 
+/// count floats uniform in [-1, 1) from a generator seeded with seed.
+inline std::vector<float> random_floats(std::size_t count, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(count);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
 /// Same sizes and the same bits in every element (NaN payloads and signed zeros included).
 inline bool bit_equal(const tensor<float>& a, const tensor<float>& b) {
   const auto x = a.contiguous().to_vector(), y = b.contiguous().to_vector();

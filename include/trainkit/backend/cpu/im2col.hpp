@@ -122,36 +122,28 @@ struct convolution<cpu> {
   template <class T>
   static void forward(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels, const T* x,
                       const T* w, const T* bias, T* y) {
-#if TRAINKIT_HAS_ONEDNN
-    auto onednn = [&] { return onednn_conv2d_forward(g, groups, batch, out_channels, x, w, bias, y); };
-    auto builtin = [&] { forward_im2col(g, groups, batch, out_channels, x, w, bias, y); };
-    if (takes_onednn<T>("conv_fwd", g, groups, batch, out_channels, bias != nullptr, onednn, builtin) && onednn())
-      return;
-#endif
-    forward_im2col(g, groups, batch, out_channels, x, w, bias, y);
+    run_pass<T>(
+        "conv_fwd", g, groups, batch, out_channels, bias != nullptr,
+        [&] { return onednn_conv2d_forward(g, groups, batch, out_channels, x, w, bias, y); },
+        [&] { forward_im2col(g, groups, batch, out_channels, x, w, bias, y); });
   }
 
   template <class T>
   static void backward_input(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
                              const T* gy, const T* w, T* gx) {
-#if TRAINKIT_HAS_ONEDNN
-    auto onednn = [&] { return onednn_conv2d_backward_input(g, groups, batch, out_channels, gy, w, gx); };
-    auto builtin = [&] { backward_input_im2col(g, groups, batch, out_channels, gy, w, gx); };
-    if (takes_onednn<T>("conv_bwd_data", g, groups, batch, out_channels, false, onednn, builtin) && onednn()) return;
-#endif
-    backward_input_im2col(g, groups, batch, out_channels, gy, w, gx);
+    run_pass<T>(
+        "conv_bwd_data", g, groups, batch, out_channels, false,
+        [&] { return onednn_conv2d_backward_input(g, groups, batch, out_channels, gy, w, gx); },
+        [&] { backward_input_im2col(g, groups, batch, out_channels, gy, w, gx); });
   }
 
   template <class T>
   static void backward_weight(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels,
                               const T* gy, const T* x, T* gw) {
-#if TRAINKIT_HAS_ONEDNN
-    auto onednn = [&] { return onednn_conv2d_backward_weight(g, groups, batch, out_channels, gy, x, gw); };
-    auto builtin = [&] { backward_weight_im2col(g, groups, batch, out_channels, gy, x, gw); };
-    if (takes_onednn<T>("conv_bwd_weights", g, groups, batch, out_channels, false, onednn, builtin) && onednn())
-      return;
-#endif
-    backward_weight_im2col(g, groups, batch, out_channels, gy, x, gw);
+    run_pass<T>(
+        "conv_bwd_weights", g, groups, batch, out_channels, false,
+        [&] { return onednn_conv2d_backward_weight(g, groups, batch, out_channels, gy, x, gw); },
+        [&] { backward_weight_im2col(g, groups, batch, out_channels, gy, x, gw); });
   }
 
   template <class T>
@@ -179,13 +171,20 @@ struct convolution<cpu> {
   static constexpr double measured_grain = double(1 << 18);
 
  private:
-#if TRAINKIT_HAS_ONEDNN
+  /// One pass: on oneDNN (onednn() returns false where it has no kernel for the call) where the
+  /// route sends it, else on the built-in kernel.
+  template <class T, class OneDNN, class Builtin>
+  static void run_pass(const char* pass, const conv2d_geometry& g, index_t groups, index_t batch,
+                       index_t out_channels, bool bias, OneDNN onednn, Builtin builtin) {
+    if (!(takes_onednn<T>(pass, g, groups, batch, out_channels, bias, onednn, builtin) && onednn())) builtin();
+  }
+
   /// Whether a pass goes to oneDNN: the route in force, the type, then (automatic route, passes of
   /// measured_grain and more, outside a parallel region) the choice measured for this shape.
   template <class T, class OneDNN, class Builtin>
   static bool takes_onednn(const char* pass, const conv2d_geometry& g, index_t groups, index_t batch,
                            index_t out_channels, bool bias, OneDNN& onednn, Builtin& builtin) {
-    if constexpr (!detail::onednn_cnn_type<T>) {
+    if constexpr (!TRAINKIT_HAS_ONEDNN || !(std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)) {
       return false;
     } else {
       const cpu_conv_route route = get_cpu_conv_route();
@@ -207,7 +206,6 @@ struct convolution<cpu> {
       });
     }
   }
-#endif
 
   template <class T>
   static void forward_im2col(const conv2d_geometry& g, index_t groups, index_t batch, index_t out_channels, const T* x,

@@ -168,4 +168,21 @@ std::string onednn_conv2d_impl(int pass, const conv2d_geometry& g, index_t group
 
 }  // namespace trainkit::backend
 
+#else  // no oneDNN: no pass runs there (convolution<cpu> takes its built-in kernels)
+
+namespace trainkit::backend {
+template <class T>
+bool onednn_conv2d_forward(const conv2d_geometry&, index_t, index_t, index_t, const T*, const T*, const T*, T*) {
+  return false;
+}
+template <class T>
+bool onednn_conv2d_backward_input(const conv2d_geometry&, index_t, index_t, index_t, const T*, const T*, T*) {
+  return false;
+}
+template <class T>
+bool onednn_conv2d_backward_weight(const conv2d_geometry&, index_t, index_t, index_t, const T*, const T*, T*) {
+  return false;
+}
+}  // namespace trainkit::backend
+
 #endif  // TRAINKIT_HAS_ONEDNN
