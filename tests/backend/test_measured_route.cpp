@@ -109,6 +109,13 @@ TEST_CASE("the faster route wins, is written down, and the next process reads it
   CHECK(reversed.runs == 0);
 }
 
+TEST_CASE("a near tie is measured three rounds more", "[route]") {
+  fresh_route_file file("routes-tie.tsv");
+  sleepy_trial_m tie{20, 20};  // long enough that sleep jitter stays under 10 %
+  route_table::get().choose("k-tie", tie);
+  CHECK(tie.runs == 14);  // the warm-ups, then six rounds of both
+}
+
 TEST_CASE("a route oneDNN cannot run is never chosen", "[route]") {
   fresh_route_file file("routes-unsupported.tsv");
   int runs = 0;
