@@ -184,13 +184,17 @@ struct convolution<cpu> {
   template <class T, class OneDNN, class Builtin>
   static bool takes_onednn(const char* pass, const conv2d_geometry& g, index_t groups, index_t batch,
                            index_t out_channels, bool bias, OneDNN& onednn, Builtin& builtin) {
-    if constexpr (!TRAINKIT_HAS_ONEDNN || !(std::is_same_v<T, float> || std::is_same_v<T, bfloat16>)) {
+#if !TRAINKIT_HAS_ONEDNN
+    (void)pass, (void)g, (void)groups, (void)batch, (void)out_channels, (void)bias, (void)onednn, (void)builtin;
+    return false;
+#else
+    if constexpr (!detail::onednn_cnn_type<T>) {
       return false;
     } else {
-      const cpu_conv_route route = get_cpu_conv_route();
-      if (route != cpu_conv_route::automatic) return route == cpu_conv_route::onednn;
+      // Forced routes, small passes and parallel regions: the rule pooling and batch norm follow.
       const double work = double(batch) * double(g.col_rows()) * double(g.col_cols()) * double(out_channels / groups);
-      if (work < measured_grain || !detail::may_measure()) return std::is_same_v<T, bfloat16>;
+      if (get_cpu_conv_route() != cpu_conv_route::automatic || work < measured_grain || !detail::may_measure())
+        return detail::use_onednn_cnn<T>();
       char key[224];
       std::snprintf(key, sizeof key,
                     "%s %s n%lld c%lld h%lld w%lld o%lld g%lld k%lldx%lld s%lldx%lld p%lldx%lld d%lldx%lld b%d t%d",
@@ -205,6 +209,7 @@ struct convolution<cpu> {
         return true;
       });
     }
+#endif
   }
 
   template <class T>

@@ -38,7 +38,6 @@
 #include <cstdlib>  // std::getenv, std::strtod
 #include <cstring>  // std::strerror
 #include <filesystem>
-#include <functional>  // std::hash
 #include <mutex>
 #include <optional>
 #include <string>
@@ -82,10 +81,7 @@ class route_table {
   /// (oneDNN without a kernel for it); the caller runs the chosen route afterwards.
   template <class Trial>
   bool choose(const std::string& key, Trial&& trial) {
-    {
-      std::lock_guard lock(map_mutex_);
-      if (auto it = choices_.find(key); it != choices_.end()) return it->second.onednn;
-    }
+    if (auto known = lookup(key)) return *known;
     std::lock_guard measuring(measure_mutex_);  // recursive: a convolution's trial may meet a new GEMM
     file_lock file(*this);
     if (auto known = lookup(key)) return *known;
@@ -131,13 +127,6 @@ class route_table {
          v->hash;
 #endif
     return m;
-  }
-
-  /// The file in use ("" when choices live in this process only).
-  std::string path() {
-    std::lock_guard lock(map_mutex_);
-    open_file();
-    return fd_ >= 0 ? path_ : std::string();
   }
 
   /// Starts over on another file (tests): forgets this process's choices and takes `path` as the
@@ -377,8 +366,5 @@ inline int route_threads() {
 
 /// The measured choices this process has made or read (for a start-up report and for tests).
 inline std::vector<route_choice> measured_routes() { return detail::route_table::get().choices(); }
-
-/// The file the measured choices are kept in ("" where they live in this process only).
-inline std::string measured_route_file() { return detail::route_table::get().path(); }
 
 }  // namespace trainkit::backend
