@@ -233,3 +233,112 @@ TEST_CASE("on the onednn route a bf16 scope's batch norm runs oneDNN's bf16 kern
   }
 }
 #endif
+
+// ---- the CPU's widened bf16 route: roundings done on the way -----------------------------------
+
+TEST_CASE("relu with its bf16 copy rounds its input on the way, in bulk as element by element", "[amp][bf16]") {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<std::uint32_t> bits;
+  std::vector<float> v;
+  for (int i = 0; i < (1 << 16); ++i) v.push_back(std::bit_cast<float>(bits(rng)));
+  for (std::uint32_t u : {0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x00008000u, 0x80018000u, 0x7f800001u, 0xff800001u,
+                          0x7fc00000u, 0xffffffffu, 0x7f800000u, 0xff800000u, 0u, 0x80000000u, 0x80008000u})
+    v.push_back(std::bit_cast<float>(u));
+  const index_t n = index_t(v.size());
+  std::vector<float> y(v.size());
+  std::vector<bf16> saved(v.size());
+  const shape st{1};
+  backend::elementwise<cpu>::for_each({n}, {st, st, st}, functors::relu_keeping_bfloat16{}, y.data(), saved.data(),
+                                      v.data());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    const bf16 s(v[i]);
+    const float r = float(s), want = r > 0.0f ? r : 0.0f;
+    bad += saved[i].bits() != s.bits() || std::bit_cast<std::uint32_t>(y[i]) != std::bit_cast<std::uint32_t>(want);
+  }
+  REQUIRE(bad == 0);
+}
+
+TEST_CASE("batch norm on float-held bf16 values gives round, batch norm, round bit for bit, in one kernel",
+          "[amp][bf16]") {
+  std::mt19937 rng(13);
+  // Planes of odd and vector-multiple lengths; values off the bf16 grid (a deferred rounding),
+  // ties, a large offset (the shifted sums) and a channel of one repeated value.
+  for (const index_t s : {index_t(37), index_t(64)}) {
+    const index_t n = 3, c = 5, m = n * c * s;
+    const std::size_t cs = std::size_t(c);
+    std::vector<float> x(std::size_t(m), 0.0f);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (index_t i = 0; i < m; ++i) {
+      const index_t ch = (i / s) % c;
+      x[std::size_t(i)] = ch == 4 ? 0.75f : nd(rng) * (ch == 2 ? 0.01f : 1.0f) + (ch == 1 ? 300.0f : 0.0f);
+    }
+    x[3] = std::bit_cast<float>(0x3f808000u);  // a tie
+    std::vector<float> w(cs), b(cs);
+    for (index_t ch = 0; ch < c; ++ch) {
+      w[std::size_t(ch)] = 0.5f + 0.25f * float(ch);
+      b[std::size_t(ch)] = 0.125f * float(ch) - 0.3f;
+    }
+    // The reference: round x, the float kernel, round y.
+    std::vector<float> xr(x.size()), y_ref(x.size()), rm_ref(cs, 0.5f), rv_ref(cs, 2.0f);
+    for (std::size_t i = 0; i < x.size(); ++i) xr[i] = float(bf16(x[i]));
+    std::vector<float> mean_ref(cs), inv_ref(cs);
+    backend::norm<cpu>::batch_norm_train(xr.data(), n, c, s, w.data(), b.data(), 1e-5, 0.1, rm_ref.data(),
+                                         rv_ref.data(), y_ref.data(), mean_ref.data(), inv_ref.data());
+    for (float& f : y_ref) f = float(bf16(f));
+
+    std::vector<float> y(x.size()), rm(cs, 0.5f), rv(cs, 2.0f), mean(cs),
+        inv(cs);
+    std::vector<bf16> keep(x.size());
+    backend::norm<cpu>::batch_norm_train_bf16_values(x.data(), n, c, s, w.data(), b.data(), 1e-5, 0.1, rm.data(),
+                                                     rv.data(), y.data(), keep.data(), mean.data(), inv.data());
+    INFO("plane length " << s);
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < x.size(); ++i)
+      bad += std::bit_cast<std::uint32_t>(y[i]) != std::bit_cast<std::uint32_t>(y_ref[i]) ||
+             keep[i].bits() != bf16(x[i]).bits();
+    REQUIRE(bad == 0);
+    REQUIRE(mean == mean_ref);
+    REQUIRE(inv == inv_ref);
+    REQUIRE(rm == rm_ref);
+    REQUIRE(rv == rv_ref);
+  }
+}
+
+TEST_CASE("on the widened route a GEMM result defers its rounding to its reader, with the same numbers",
+          "[amp][bf16]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: their results are held in bf16, nothing is deferred");
+  std::mt19937 rng(14);
+  const ftensor x0 = random_float({6, 40}, rng), target = random_float({6, 5}, rng);
+  generator gen(3);
+  nn::linear<> l1(40, 24, true, gen), l2(24, 5, true, gen);
+  // materialise: read each GEMM result's value before relu sees it (the rounding in its own pass).
+  auto run = [&](bool materialise) {
+    for (auto* m : {&l1, &l2}) m->zero_grad();
+    fvar x(x0, true), h, out;
+    {
+      amp::autocast<amp::mixed_bf16> scope;
+      h = l1.forward(x);
+      CHECK(h.rounding_deferred() == autograd::value_precision::bfloat16);
+      CHECK(h.precision() == autograd::value_precision::bfloat16);
+      if (materialise) {
+        const ftensor unrounded = h.value_unrounded().clone();
+        REQUIRE(bit_equal(h.value(), rounded(unrounded)));  // value() rounds, once
+        CHECK(h.rounding_deferred() == autograd::value_precision::full);
+      }
+      out = l2.forward(autograd::relu(h));
+    }
+    autograd::mse_loss(out, fvar(target)).backward();
+    std::vector<ftensor> r{out.value().clone(), x.grad().clone()};
+    for (auto* m : {&l1, &l2})
+      for (auto& p : m->parameters()) r.push_back(p.grad().clone());
+    return r;
+  };
+  const auto a = run(false), b = run(true);
+  REQUIRE(bit_equal(a[0], rounded(a[0])));  // the output: bf16 values
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("tensor " << i);
+    REQUIRE(bit_equal(a[i], b[i]));
+  }
+}

@@ -269,6 +269,13 @@ autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T
   if constexpr (keeps_bf16<G, Compute>) {
     return b.defined() ? autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w, b)
                        : autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w);
+  } else if constexpr (std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16> && std::is_same_v<D, cpu>) {
+    // The CPU's widened bf16 route: the rounding to bf16 is deferred to the result's first reader,
+    // which does it on the way when it is a batch norm or a relu (var::defer_rounding).
+    auto r = b.defined() ? autograd::record(std::forward<Op>(op), std::move(y), x, w, b)
+                         : autograd::record(std::forward<Op>(op), std::move(y), x, w);
+    r.defer_rounding(autograd::value_precision::bfloat16);
+    return r;
   } else {
     auto yt = from_gemm<T, Compute>(std::move(y));
     auto r = b.defined() ? autograd::record(std::forward<Op>(op), std::move(yt), x, w, b)

@@ -119,6 +119,8 @@ struct var_impl {
   const shape& sizes() const { return value.defined() || !value_bf16.defined() ? value.sizes() : value_bf16.sizes(); }
   tensor<T, Device> grad;
   value_precision precision = value_precision::full;
+  /// Not full while `value` still waits to be rounded to this precision (var::defer_rounding).
+  value_precision deferred = value_precision::full;
   std::shared_ptr<node<T, Device>> grad_fn;
   std::weak_ptr<node<T, Device>> accumulator;
   bool requires_grad = false;

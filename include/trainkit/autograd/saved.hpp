@@ -83,6 +83,9 @@ class saved_tensor {
     if (half_.defined()) return cast<T>(half_);
     return full_;
   }
+  /// The bfloat16 copy when the values were kept so (undefined otherwise): for a kernel that reads
+  /// bf16 values as they are.
+  const tensor<bfloat16, D>& bf16() const noexcept { return bf16_; }
   /// out[i] = f(g[i], saved[i]) as T, reading 16-bit saved values as they are (no widened copy).
   template <class F>
   tensor<T, D> map_with(F f, const tensor<T, D>& g) const {

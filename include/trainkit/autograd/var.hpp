@@ -48,16 +48,19 @@ class var {
   }
 
   bool defined() const noexcept { return p_ != nullptr; }
-  /// The values as T (made from the bfloat16 values, once, when only those are held).
+  /// The values as T (made from the bfloat16 values, once, when only those are held; rounded in
+  /// place, once, when their rounding was deferred).
   const tensor_type& value() const {
     auto& i = impl();
     if (!i.value.defined() && i.value_bf16.defined()) i.value = cast<T>(i.value_bf16);
+    if (i.deferred != value_precision::full) round_deferred(i);
     return i.value;
   }
   /// Mutable value, for in-place updates outside the graph (optimizers, initialisers); a var
   /// held in bfloat16 becomes a plain T var.
   tensor_type& value() {
     auto& i = impl();
+    if (i.deferred != value_precision::full) round_deferred(i);
     if (i.value_bf16.defined()) {
       if (!i.value.defined()) i.value = cast<T>(i.value_bf16);
       i.value_bf16 = tensor<bfloat16, Device>();
@@ -85,6 +88,23 @@ class var {
     impl().precision = p;
     return *this;
   }
+  /// Tags the values as p's (bfloat16 or half) and defers rounding them to p: value() rounds them
+  /// in place at its first call, while an op that rounds what it reads anyway (the CPU's batch norm
+  /// and relu on bf16 values) takes value_unrounded() and spares the pass. A GEMM result on the CPU's
+  /// widened bf16 route is held so: rounding it was a read and a write of every element.
+  var& defer_rounding(value_precision p) {
+    auto& i = impl();
+    TRAINKIT_CHECK(i.value.defined() && !i.value_bf16.defined() && p != value_precision::full, usage_error,
+                   "defer_rounding", "only a var holding T values can defer their rounding to bfloat16 or half");
+    i.precision = p;
+    i.deferred = p;
+    return *this;
+  }
+  /// The precision the values still wait to be rounded to (full when they are rounded or plain).
+  value_precision rounding_deferred() const noexcept { return p_ ? p_->deferred : value_precision::full; }
+  /// The values as held, before a deferred rounding: only for an op that rounds each value to
+  /// rounding_deferred() as it reads it.
+  const tensor_type& value_unrounded() const { return impl().value; }
   var& set_requires_grad(bool r) {
     TRAINKIT_CHECK(is_leaf(), usage_error, "set_requires_grad", "only leaves can change requires_grad");
     impl().requires_grad = r;
@@ -95,6 +115,7 @@ class var {
 
   /// A new leaf sharing the value (and the bfloat16 values and their tag), cut from the graph.
   var detach() const {
+    (void)value();  // a deferred rounding happens before the value is shared
     var v;
     v.p_ = std::make_shared<impl_type>();
     v.p_->value = impl().value;
@@ -151,6 +172,11 @@ class var {
   bool same(const var& o) const noexcept { return p_ == o.p_; }
 
  private:
+  static void round_deferred(impl_type& i) {
+    i.value = i.deferred == value_precision::bfloat16 ? rounded_to<bfloat16>(std::move(i.value))
+                                                       : rounded_to<half>(std::move(i.value));
+    i.deferred = value_precision::full;
+  }
   impl_type& impl() const {
     TRAINKIT_CHECK(p_ != nullptr, usage_error, "var", "use of an undefined var");
     return *p_;

@@ -31,6 +31,16 @@ struct batch_norm {
   int w_slot = -1, b_slot = -1;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
+    if constexpr (std::is_same_v<X, saved_tensor<T, D>> && std::is_same_v<D, cpu> && std::is_same_v<T, float>) {
+      // Its input kept in bf16 (a bf16 scope on the CPU's widened route): the kernel reads the copy
+      // as it is - widening it first was a pass over every value.
+      if (xs.bf16().defined()) {
+        auto f = run(grad.contiguous(), needs, xs.bf16());
+        std::vector<tensor<T, D>> r(f.size());
+        for (std::size_t i = 0; i < f.size(); ++i) r[i] = std::move(f[i].full);
+        return r;
+      }
+    }
     auto f = run(grad.contiguous(), needs);
     std::vector<tensor<T, D>> r(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) r[i] = std::move(f[i].full);
@@ -45,12 +55,13 @@ struct batch_norm {
  private:
   template <class G>
   std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs) const {
-    const auto x = [&] {
-      if constexpr (std::is_same_v<X, tensor<bfloat16, D>>)
-        return xs;
-      else
-        return xs.get();
-    }();
+    if constexpr (std::is_same_v<X, tensor<bfloat16, D>>)
+      return run(g, needs, xs);
+    else
+      return run(g, needs, xs.get());
+  }
+  template <class G, class XT>
+  std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs, const XT& x) const {
     std::vector<grad_flow<T, D>> r(needs.size());
     tensor<G, D> dx;
     tensor<T, D> dw, db;
@@ -169,6 +180,34 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
       return record_bf16(ops::batch_norm<T, D, tensor<bfloat16, D>>{xb, wv, save_mean, save_invstd, x.sizes(), n, c,
                                                                     s, use_batch, ws, bs},
                          std::move(y), in.list);
+    }
+  }
+  if constexpr (std::is_same_v<D, cpu> && std::is_same_v<T, float>) {
+    // bf16 values held in float (the CPU's widened bf16 route), in training with backward to come:
+    // one kernel rounds x as it reads it (a convolution's deferred rounding), writes the bf16 copy
+    // backward saves and rounds y as it writes it (norm<cpu>::batch_norm_train_bf16_values).
+    if (x.precision() == value_precision::bfloat16 && use_batch && is_grad_enabled() &&
+        backend::norm<D>::fuses_bf16_rounding()) {
+      const tensor<T, D> xv =
+          (x.rounding_deferred() == value_precision::bfloat16 ? x.value_unrounded() : x.value()).contiguous();
+      auto keep = tensor<bfloat16, D>::empty(xv.sizes());
+      auto y = tensor<T, D>::empty(xv.sizes());
+      tensor<T, D> rm, rv;
+      if (training && running_mean.defined()) {
+        rm = running_mean.contiguous();
+        rv = running_var.contiguous();
+      }
+      backend::norm<D>::batch_norm_train_bf16_values(
+          xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv), eps, momentum,
+          rm.defined() ? rm.data() : nullptr, rv.defined() ? rv.data() : nullptr, y.data(), keep.data(),
+          save_mean.data(), save_invstd.data());
+      if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
+      if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
+      ops::batch_norm<T, D> op{saved_tensor<T, D>::of_16bit(std::move(keep)), wv, save_mean, save_invstd, x.sizes(),
+                               n, c, s, use_batch, ws, bs};
+      auto out = record(std::move(op), std::move(y), in.list);
+      out.set_precision(value_precision::bfloat16);
+      return out;
     }
   }
   const tensor<T, D> xv = x.value().contiguous();

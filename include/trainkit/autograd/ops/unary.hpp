@@ -70,16 +70,6 @@ var<T, D> sigmoid(const var<T, D>& x) {
   return record(ops::pointwise<T, D, ::trainkit::functors::sigmoid_backward, ops::sigmoid_name>{y}, y, x);
 }
 namespace ops {
-/// relu's output and the bfloat16 copy of its input in one pass (the input holds bf16 values).
-struct relu_keeping_bfloat16 {
-  TRAINKIT_HD void operator()(float& y, bfloat16& saved, const float& x) const {
-    y = x > 0.0f ? x : 0.0f;
-    saved = bfloat16(x);
-  }
-};
-}  // namespace ops
-
-namespace ops {
 /// All ones where a bfloat16 is > 0 (and not NaN), else zero - on its bits: b - 1 as an unsigned
 /// 16-bit integer is below 0x7f80 exactly for +denormals..+inf (0 wraps, negatives and NaNs lie
 /// above). A mask, not a branch: the loops vectorise, and relu's data would mispredict branches.
@@ -131,10 +121,13 @@ var<T, D> relu(const var<T, D>& x) {
     return record_bf16(ops::relu_kept_bf16<T, D>{y}, y, x);
   }
   if constexpr (std::is_same_v<T, float>) {
-    // 16-bit values: the output and the saved 16-bit copy of the input in one pass (F16C for half
-    // on the CPU).
+    // 16-bit values: the output and the saved 16-bit copy of the input in one pass (F16C for half,
+    // SSE2 for bfloat16 on the CPU); bfloat16 values whose rounding was deferred (a GEMM result on
+    // the widened route) are rounded in that pass, not before it.
     auto keeping = [&]<class C>(auto keep) {
-      const tensor<T, D>& xv = x.value();
+      const tensor<T, D>& xv = std::is_same_v<C, bfloat16> && x.rounding_deferred() == value_precision::bfloat16
+                                   ? x.value_unrounded()
+                                   : x.value();
       auto y = tensor<T, D>::empty(xv.sizes());
       auto saved = tensor<C, D>::empty(xv.sizes());
       backend::elementwise<D>::for_each(xv.sizes(), {y.strides(), saved.strides(), xv.strides()}, keep, y.data(),
@@ -149,7 +142,7 @@ var<T, D> relu(const var<T, D>& x) {
       if (x.precision() == value_precision::half)
         return keeping.template operator()<half>(::trainkit::functors::relu_keeping_half{});
       if (x.precision() == value_precision::bfloat16)
-        return keeping.template operator()<bfloat16>(ops::relu_keeping_bfloat16{});
+        return keeping.template operator()<bfloat16>(::trainkit::functors::relu_keeping_bfloat16{});
     }
   }
   auto y = record(ops::pointwise<T, D, ::trainkit::functors::relu_backward, ops::relu_name>{saved_tensor<T, D>::of(x)},

@@ -133,6 +133,93 @@ inline void round_f32_bf16_sse2(const float* in, float* out, index_t n) {
     _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_and_si128(bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(in + i))), high)));
   for (; i < n; ++i) out[i] = static_cast<float>(bfloat16(in[i]));
 }
+/// relu_keeping_bfloat16 8 at a time: saved = bf16(x), y = relu(saved). MAXPS returns its second
+/// operand for a NaN or two zeros: relu(NaN) = +0 and relu(-0) = +0, as `r > 0 ? r : 0`.
+inline void relu_keep_bf16_sse2(const float* x, float* y, std::uint16_t* saved, index_t n) {
+  index_t i = 0;
+  const __m128i high = _mm_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m128 zero = _mm_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m128i a = bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(x + i)));
+    const __m128i b = bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(x + i + 4)));
+    _mm_storeu_ps(y + i, _mm_max_ps(_mm_castsi128_ps(_mm_and_si128(a, high)), zero));
+    _mm_storeu_ps(y + i + 4, _mm_max_ps(_mm_castsi128_ps(_mm_and_si128(b, high)), zero));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i), _mm_packs_epi32(_mm_srai_epi32(a, 16), _mm_srai_epi32(b, 16)));
+  }
+  for (; i < n; ++i) {
+    bfloat16 s;
+    functors::relu_keeping_bfloat16{}(y[i], s, x[i]);
+    saved[i] = s.bits();
+  }
+}
+/// out = x rounded to bfloat16 values, kept as float, and keep = their bfloat16 bits, 8 at a time.
+inline void round_keep_bf16_sse2(const float* x, float* out, std::uint16_t* keep, index_t n) {
+  index_t i = 0;
+  const __m128i high = _mm_set1_epi32(static_cast<int>(0xffff0000u));
+  for (; i + 8 <= n; i += 8) {
+    const __m128i a = bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(x + i)));
+    const __m128i b = bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(x + i + 4)));
+    _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_and_si128(a, high)));
+    _mm_storeu_ps(out + i + 4, _mm_castsi128_ps(_mm_and_si128(b, high)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + i), _mm_packs_epi32(_mm_srai_epi32(a, 16), _mm_srai_epi32(b, 16)));
+  }
+  for (; i < n; ++i) {
+    keep[i] = bfloat16(x[i]).bits();
+    out[i] = static_cast<float>(bfloat16::from_bits(keep[i]));
+  }
+}
+/// y = (bfloat16 values v) * a + b - a multiply, then an add, as the scalar `v * a + b` - rounded to
+/// bfloat16 values, kept as float, 4 at a time.
+inline void affine_bf16_round_sse2(const std::uint16_t* v, float a, float b, float* y, index_t n) {
+  index_t i = 0;
+  const __m128i high = _mm_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m128 va = _mm_set1_ps(a), vb = _mm_set1_ps(b);
+  for (; i + 4 <= n; i += 4) {
+    // Interleaving zeros below each bfloat16 widens it: its bits become a float's top 16.
+    const __m128i w = _mm_unpacklo_epi16(_mm_setzero_si128(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(v + i)));
+    const __m128 r = _mm_add_ps(_mm_mul_ps(_mm_castsi128_ps(w), va), vb);
+    _mm_storeu_ps(y + i, _mm_castsi128_ps(_mm_and_si128(bf16_round_high_sse2(_mm_castps_si128(r)), high)));
+  }
+  for (; i < n; ++i) y[i] = static_cast<float>(bfloat16(static_cast<float>(bfloat16::from_bits(v[i])) * a + b));
+}
+#if TRAINKIT_CPU_F16C_DISPATCH
+// The same two loops 8 lanes wide, for CPUs with AVX2 (chosen at run time: batch norm's rounding
+// passes are bound by these instructions, not by memory).
+__attribute__((target("avx2"))) inline __m256i bf16_round_high_avx2(__m256i u) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), quiet = _mm256_set1_epi32(0x00400000);
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i rounded = _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(_mm256_srli_epi32(u, 16), one)));
+  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, magnitude), inf);
+  return _mm256_or_si256(_mm256_and_si256(nan, _mm256_or_si256(u, quiet)), _mm256_andnot_si256(nan, rounded));
+}
+__attribute__((target("avx2"))) inline void round_keep_bf16_avx2(const float* x, float* out, std::uint16_t* keep,
+                                                                  index_t n) {
+  index_t i = 0;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_and_si256(a, high)));
+    const __m256i t = _mm256_srai_epi32(a, 16);
+    // packs works per 128-bit lane: quadwords 0 and 2 hold the 8 results in order.
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(t, t), 0x08);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + i), _mm256_castsi256_si128(p));
+  }
+  round_keep_bf16_sse2(x + i, out + i, keep + i, n - i);
+}
+__attribute__((target("avx2"))) inline void affine_bf16_round_avx2(const std::uint16_t* v, float a, float b, float* y,
+                                                                    index_t n) {
+  index_t i = 0;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w =
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))), 16);
+    const __m256 r = _mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(w), va), vb);
+    _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_and_si256(bf16_round_high_avx2(_mm256_castps_si256(r)), high)));
+  }
+  affine_bf16_round_sse2(v + i, a, b, y + i, n - i);
+}
+#endif
 #define TRAINKIT_CPU_SSE2_BF16 1
 #else
 #define TRAINKIT_CPU_SSE2_BF16 0
@@ -144,6 +231,41 @@ inline void round_to_bfloat16(const float* in, bfloat16* out, index_t n) {
   f32_to_bf16_sse2(in, reinterpret_cast<std::uint16_t*>(out), n);
 #else
   for (index_t i = 0; i < n; ++i) out[i] = bfloat16(in[i]);
+#endif
+}
+
+/// out[0, n) = in[0, n) rounded to bfloat16 values, kept as float (4 at a time where SSE2 is there).
+inline void round_to_bfloat16_values(const float* in, float* out, index_t n) {
+#if TRAINKIT_CPU_SSE2_BF16
+  round_f32_bf16_sse2(in, out, n);
+#else
+  for (index_t i = 0; i < n; ++i) out[i] = static_cast<float>(bfloat16(in[i]));
+#endif
+}
+
+/// out = x rounded to bfloat16 values and keep = their bits (8 at a time where SSE2 is there).
+inline void round_keeping_bfloat16(const float* x, float* out, bfloat16* keep, index_t n) {
+#if TRAINKIT_CPU_SSE2_BF16
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (cpu_features::current().avx2) return round_keep_bf16_avx2(x, out, reinterpret_cast<std::uint16_t*>(keep), n);
+#endif
+  round_keep_bf16_sse2(x, out, reinterpret_cast<std::uint16_t*>(keep), n);
+#else
+  for (index_t i = 0; i < n; ++i) {
+    keep[i] = bfloat16(x[i]);
+    out[i] = static_cast<float>(keep[i]);
+  }
+#endif
+}
+/// y = v * a + b rounded to bfloat16 values, v bfloat16 (4 at a time where SSE2 is there).
+inline void affine_rounded_to_bfloat16(const bfloat16* v, float a, float b, float* y, index_t n) {
+#if TRAINKIT_CPU_SSE2_BF16
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (cpu_features::current().avx2) return affine_bf16_round_avx2(reinterpret_cast<const std::uint16_t*>(v), a, b, y, n);
+#endif
+  affine_bf16_round_sse2(reinterpret_cast<const std::uint16_t*>(v), a, b, y, n);
+#else
+  for (index_t i = 0; i < n; ++i) y[i] = static_cast<float>(bfloat16(static_cast<float>(v[i]) * a + b));
 #endif
 }
 
@@ -167,23 +289,37 @@ inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::round_to<bf
 
 template <>
 inline constexpr bool has_bulk<functors::relu_keeping_half, float, half, float> = true;
+#if TRAINKIT_CPU_SSE2_BF16
+template <>
+inline constexpr bool has_bulk<functors::relu_keeping_bfloat16, float, bfloat16, float> = true;
+#endif
 template <>
 inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::relu_backward, float, float, half>, float,
                                const float, const half> = true;
 
-/// The three-operand bulk loops: relu with its half copy, and its gradient from that copy.
+/// The three-operand bulk loops: relu with its half or bfloat16 copy, and its gradient from the
+/// half copy.
 template <class F, class A, class B, class C>
 void run_bulk(F& f, index_t n, A* a, B* b, C* c) {
-#if TRAINKIT_CPU_F16C_DISPATCH
-  if (has_f16c()) {
-    if constexpr (std::is_same_v<F, functors::relu_keeping_half>)
-      relu_keep_f16_f16c(c, a, reinterpret_cast<std::uint16_t*>(b), n);
-    else
-      relu_backward_f16_f16c(b, reinterpret_cast<const std::uint16_t*>(c), a, n);
-    return;
-  }
+  if constexpr (std::is_same_v<F, functors::relu_keeping_bfloat16>) {
+#if TRAINKIT_CPU_SSE2_BF16
+    relu_keep_bf16_sse2(c, a, reinterpret_cast<std::uint16_t*>(b), n);
+#else
+    for (index_t i = 0; i < n; ++i) f(a[i], b[i], c[i]);
 #endif
-  for (index_t i = 0; i < n; ++i) f(a[i], b[i], c[i]);
+    return;
+  } else {
+#if TRAINKIT_CPU_F16C_DISPATCH
+    if (has_f16c()) {
+      if constexpr (std::is_same_v<F, functors::relu_keeping_half>)
+        relu_keep_f16_f16c(c, a, reinterpret_cast<std::uint16_t*>(b), n);
+      else
+        relu_backward_f16_f16c(b, reinterpret_cast<const std::uint16_t*>(c), a, n);
+      return;
+    }
+#endif
+    for (index_t i = 0; i < n; ++i) f(a[i], b[i], c[i]);
+  }
 }
 
 /// Runs f over out[0, n), in[0, n) in bulk where the CPU allows, else element by element.

@@ -67,6 +67,61 @@ struct norm<cpu> {
     });
   }
 
+  /// Whether batch_norm_train_bf16_values is the route: float batch norm runs the built-in kernels
+  /// (not oneDNN's, which a forced TRAINKIT_CPU_CONV=onednn keeps).
+  static bool fuses_bf16_rounding() {
+#if TRAINKIT_HAS_ONEDNN
+    return !detail::use_onednn_bnorm<float, float>();
+#else
+    return true;
+#endif
+  }
+  /// batch_norm_train on float-held bfloat16 values (a bf16 scope on the CPU's widened route): each
+  /// x is rounded to bfloat16 as it is read - exact on bf16 values, and the rounding itself for a
+  /// GEMM result whose rounding was deferred (var::defer_rounding) - its bf16 copy is written to
+  /// keep (what backward saves), and y is rounded to bfloat16 as it is written. The statistics and y
+  /// are bit for bit those of rounding x, batch_norm_train and rounding y (the same plane sums; a
+  /// multiply and an add per value), in two passes instead of five: the second reads the 2-byte copy.
+  template <class S>
+  static void batch_norm_train_bf16_values(const float* x, index_t n, index_t c, index_t s, const float* weight,
+                                           const float* bias, double eps, double momentum, float* running_mean,
+                                           float* running_var, float* y, bfloat16* keep, S* save_mean,
+                                           S* save_invstd) {
+    const index_t m = n * s;
+    detail::parallel_for(c, m * 2, [&](index_t ch) {
+      thread_local std::vector<float> buffer;
+      if (buffer.size() < std::size_t(s)) buffer.resize(std::size_t(s));
+      const float kc = m ? float(bfloat16(x[ch * s])) : 0.0f;
+      const double k = double(kc);
+      double sum = 0, sq = 0;
+      for (index_t i = 0; i < n; ++i) {
+        const index_t off = (i * c + ch) * s;
+        cpu_convert::round_keeping_bfloat16(x + off, buffer.data(), keep + off, s);
+        float ps = 0, pq = 0;
+        plane_moments(static_cast<const float*>(buffer.data()), s, kc, ps, pq);
+        sum += double(ps);
+        sq += double(pq);
+      }
+      const double dm = m ? sum / double(m) : 0.0, mean = k + dm;
+      sq = std::max(0.0, sq - double(m) * dm * dm);
+      const double var = m ? sq / double(m) : 0.0;
+      const double invstd = 1.0 / std::sqrt(var + eps);
+      save_mean[ch] = S(mean);
+      save_invstd[ch] = S(invstd);
+      if (running_mean) running_mean[ch] = float((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
+      if (running_var) {
+        const double unbiased = m > 1 ? sq / double(m - 1) : std::numeric_limits<double>::quiet_NaN();
+        running_var[ch] = float((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
+      }
+      const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
+      const double shift = (bias ? double(bias[ch]) : 0.0) - mean * scale;
+      for (index_t i = 0; i < n; ++i) {
+        const index_t off = (i * c + ch) * s;
+        cpu_convert::affine_rounded_to_bfloat16(keep + off, float(scale), float(shift), y + off, s);
+      }
+    });
+  }
+
   template <class X, class W, class S>
   static void batch_norm_eval(const X* x, index_t n, index_t c, index_t s, const W* weight, const W* bias,
                               const W* running_mean, const W* running_var, double eps, X* y, S* save_mean,
