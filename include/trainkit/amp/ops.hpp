@@ -85,6 +85,13 @@ tensor<T, D> from_gemm(tensor<G, D> t) {
     return cast<T>(cast<Compute>(t));
 }
 
+/// Whether a mixed op on D, whose GEMMs run on G, holds bf16 values in T on the CPU's widened route
+/// (blas<cpu>::bf16_native() false): its result defers its rounding (var::defer_rounding) and its
+/// gradients come and go as grad_flow tagged bf16_values, so neither is rounded twice.
+template <class G, class Compute, class T, class D>
+inline constexpr bool widened_bf16 =
+    std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16> && std::is_same_v<D, cpu>;
+
 /// Whether a mixed op whose GEMMs run on G leaves its result in bfloat16 (var::from_bfloat16) and
 /// hands its input gradients on in bfloat16 (grad_flow): a bf16 policy on a native bf16 GEMM, where
 /// the GEMM's own output is the result - as torch.autocast's bf16 ops return bf16 tensors.
@@ -141,6 +148,8 @@ template <class G, class Compute, class T, class D>
 tensor<G, D> gradient_to_gemm(const autograd::grad_flow<T, D>& g) {
   if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<Compute, bfloat16>)
     if (g.is_narrow()) return g.bf16.contiguous();
+  if constexpr (std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16>)
+    if (g.bf16_values && g.full.defined()) return g.full.contiguous();  // rounded by its producer
   return to_gemm<G, Compute>(g.widened());
 }
 
@@ -158,6 +167,17 @@ std::vector<autograd::grad_flow<T, D>> gradients_kept_bf16(R&& r, const std::vec
   return out;
 }
 
+/// Each input gradient rounded to bf16 values (gradients_from_gemm), handed on tagged as such.
+template <class T, class D>
+std::vector<autograd::grad_flow<T, D>> flows_of_bf16_values(std::vector<tensor<T, D>> r) {
+  std::vector<autograd::grad_flow<T, D>> out(r.size());
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    out[i] = autograd::grad_flow<T, D>(std::move(r[i]));
+    out[i].bf16_values = out[i].full.defined();
+  }
+  return out;
+}
+
 /// Each input gradient of a plain op's backward (run on G) rounded to Compute, as T.
 template <class T, class Compute, class G, class D, class R>
 std::vector<tensor<T, D>> gradients_from_gemm(R r, const std::vector<bool>& needs) {
@@ -165,6 +185,17 @@ std::vector<tensor<T, D>> gradients_from_gemm(R r, const std::vector<bool>& need
   for (std::size_t i = 0; i < needs.size() && i < r.size(); ++i)
     if (needs[i] && r[i].defined()) out[i] = from_gemm<T, Compute>(std::move(r[i]));
   return out;
+}
+
+/// What a mixed op's backward_flow hands on from its plain op's gradients r (run on G): bf16
+/// tensors (the first `activations`) where keeps_bf16, else T tensors rounded to bf16 and tagged so.
+template <class T, class Compute, class G, class D, class R>
+std::vector<autograd::grad_flow<T, D>> gradient_flows(R&& r, const std::vector<bool>& needs,
+                                                      std::size_t activations = 1) {
+  if constexpr (keeps_bf16<G, Compute>)
+    return gradients_kept_bf16<T, D>(std::forward<R>(r), needs, activations);
+  else
+    return flows_of_bf16_values<T, D>(gradients_from_gemm<T, Compute, G, D>(std::forward<R>(r), needs));
 }
 
 }  // namespace detail
@@ -192,13 +223,14 @@ struct linear {
     return detail::gradients_from_gemm<T, Compute, G, D>(plain(needs).backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
   }
-  /// bf16 with a native GEMM: the gradient in and the input's gradient out stay bf16.
+  /// bf16: the gradient in and the input's gradient out stay bf16 (held so with a native GEMM,
+  /// tagged bf16 values on the widened route).
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
                                                        const std::vector<bool>& needs) const
-    requires detail::keeps_bf16<G, Compute>
+    requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
-    return detail::gradients_kept_bf16<T, D>(plain(needs).backward(detail::gradient_to_gemm<G, Compute>(g), needs),
-                                             needs);
+    return detail::gradient_flows<T, Compute, G, D>(
+        plain(needs).backward(detail::gradient_to_gemm<G, Compute>(g), needs), needs);
   }
 
  private:
@@ -219,13 +251,14 @@ struct matmul {
     return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
   }
-  /// bf16 with a native GEMM: the gradient in and both operands' gradients out stay bf16.
+  /// bf16: the gradient in and both operands' gradients out stay bf16 (held or tagged, as linear's).
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
                                                        const std::vector<bool>& needs) const
-    requires detail::keeps_bf16<G, Compute>
+    requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
-    return detail::gradients_kept_bf16<T, D>(
-        autograd::ops::matmul<G, D>{a, b}.backward(detail::gradient_to_gemm<G, Compute>(g), needs), needs, 2);
+    return detail::gradient_flows<T, Compute, G, D>(
+        autograd::ops::matmul<G, D>{cast<G>(a), cast<G>(b)}.backward(detail::gradient_to_gemm<G, Compute>(g), needs),
+        needs, 2);
   }
 };
 
@@ -245,12 +278,12 @@ struct conv2d {
     return detail::gradients_from_gemm<T, Compute, G, D>(plain().backward(detail::to_gemm<G, Compute>(grad), needs),
                                                          needs);
   }
-  /// bf16 with a native GEMM: the gradient in and the input's gradient out stay bf16.
+  /// bf16: the gradient in and the input's gradient out stay bf16 (held or tagged, as linear's).
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& grad,
                                                        const std::vector<bool>& needs) const
-    requires detail::keeps_bf16<G, Compute>
+    requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
-    return detail::gradients_kept_bf16<T, D>(
+    return detail::gradient_flows<T, Compute, G, D>(
         plain().backward(detail::gradient_to_gemm<G, Compute>(grad), needs), needs);
   }
 
@@ -269,7 +302,7 @@ autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T
   if constexpr (keeps_bf16<G, Compute>) {
     return b.defined() ? autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w, b)
                        : autograd::record_bf16(std::forward<Op>(op), std::move(y), x, w);
-  } else if constexpr (std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16> && std::is_same_v<D, cpu>) {
+  } else if constexpr (widened_bf16<G, Compute, T, D>) {
     // The CPU's widened bf16 route: the rounding to bf16 is deferred to the result's first reader,
     // which does it on the way when it is a batch norm or a relu (var::defer_rounding).
     auto r = b.defined() ? autograd::record(std::forward<Op>(op), std::move(y), x, w, b)

@@ -34,6 +34,9 @@ template <class T, class Device>
 struct grad_flow {
   tensor<T, Device> full;
   tensor<bfloat16, Device> bf16;
+  /// full's values are bfloat16 values (its producer rounded them: the CPU's widened bf16 route),
+  /// so a 16-bit op reading it need not round it again. Sums and plain nodes drop the tag.
+  bool bf16_values = false;
 
   grad_flow() = default;
   grad_flow(tensor<T, Device> f) : full(std::move(f)) {}  // NOLINT: an fp32 gradient

@@ -30,53 +30,67 @@ struct batch_norm {
   bool training = true;
   int w_slot = -1, b_slot = -1;
 
+  /// Whether X can be a float input kept in bf16 (the CPU's widened bf16 route).
+  static constexpr bool may_keep_bf16 =
+      std::is_same_v<X, saved_tensor<T, D>> && std::is_same_v<D, cpu> && std::is_same_v<T, float>;
+
   std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
-    if constexpr (std::is_same_v<X, saved_tensor<T, D>> && std::is_same_v<D, cpu> && std::is_same_v<T, float>) {
-      // Its input kept in bf16 (a bf16 scope on the CPU's widened route): the kernel reads the copy
-      // as it is - widening it first was a pass over every value.
-      if (xs.bf16().defined()) {
-        auto f = run(grad.contiguous(), needs, xs.bf16());
-        std::vector<tensor<T, D>> r(f.size());
-        for (std::size_t i = 0; i < f.size(); ++i) r[i] = std::move(f[i].full);
-        return r;
-      }
-    }
     auto f = run(grad.contiguous(), needs);
     std::vector<tensor<T, D>> r(f.size());
     for (std::size_t i = 0; i < f.size(); ++i) r[i] = std::move(f[i].full);
     return r;
   }
   std::vector<grad_flow<T, D>> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const
-    requires std::is_same_v<X, tensor<bfloat16, D>>
+    requires(std::is_same_v<X, tensor<bfloat16, D>> || may_keep_bf16)
   {
-    return g.is_narrow() ? run(g.bf16.contiguous(), needs) : run(g.full.contiguous(), needs);
+    if constexpr (std::is_same_v<X, tensor<bfloat16, D>>)
+      return g.is_narrow() ? run(g.bf16.contiguous(), needs) : run(g.full.contiguous(), needs);
+    else
+      return run(g.widened().contiguous(), needs);
   }
 
  private:
   template <class G>
   std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs) const {
-    if constexpr (std::is_same_v<X, tensor<bfloat16, D>>)
+    if constexpr (std::is_same_v<X, tensor<bfloat16, D>>) {
       return run(g, needs, xs);
-    else
+    } else {
+      // An input kept in bf16 holds bf16 values: the kernel reads the copy as it is (widening it
+      // was a pass over every value) and rounds the input's gradient to bf16 as it writes it, as
+      // PyTorch's batch norm returns a bf16 gradient for a bf16 input - tagged, so the GEMM before
+      // does not round it again.
+      if constexpr (may_keep_bf16)
+        if (xs.bf16().defined()) return run(g, needs, xs.bf16(), true);
       return run(g, needs, xs.get());
+    }
   }
   template <class G, class XT>
-  std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs, const XT& x) const {
+  std::vector<grad_flow<T, D>> run(const tensor<G, D>& g, const std::vector<bool>& needs, const XT& x,
+                                   bool round_dx = false) const {
     std::vector<grad_flow<T, D>> r(needs.size());
     tensor<G, D> dx;
     tensor<T, D> dw, db;
     if (needs[0]) dx = tensor<G, D>::empty(x.sizes());
     if (w_slot >= 0 && needs[std::size_t(w_slot)]) dw = tensor<T, D>::empty({c});
     if (b_slot >= 0 && needs[std::size_t(b_slot)]) db = tensor<T, D>::empty({c});
-    backend::norm<D>::batch_norm_backward(g.data(), x.data(), n, c, s,
-                                          ::trainkit::autograd::detail::data_or_null(weight), save_mean.data(),
-                                          save_invstd.data(), training, dx.defined() ? dx.data() : nullptr,
-                                          dw.defined() ? dw.data() : nullptr, db.defined() ? db.data() : nullptr);
+    auto kernel = [&](auto... round) {
+      backend::norm<D>::batch_norm_backward(g.data(), x.data(), n, c, s,
+                                            ::trainkit::autograd::detail::data_or_null(weight), save_mean.data(),
+                                            save_invstd.data(), training, dx.defined() ? dx.data() : nullptr,
+                                            dw.defined() ? dw.data() : nullptr, db.defined() ? db.data() : nullptr,
+                                            round...);
+    };
+    if (round_dx) {
+      if constexpr (may_keep_bf16) kernel(true);
+    } else {
+      kernel();
+    }
     if (dx.defined()) {
       if constexpr (std::is_same_v<G, bfloat16>)
         r[0] = grad_flow<T, D>::narrow(dx.view(x_sizes));
       else
         r[0] = grad_flow<T, D>(dx.view(x_sizes));
+      r[0].bf16_values = round_dx;
     }
     if (dw.defined()) r[std::size_t(w_slot)] = grad_flow<T, D>(std::move(dw));
     if (db.defined()) r[std::size_t(b_slot)] = grad_flow<T, D>(std::move(db));

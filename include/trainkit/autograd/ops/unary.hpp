@@ -23,6 +23,15 @@ struct pointwise {
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
     return {saved.map_with(Backward{}, g)};
   }
+  /// relu's gradient is its incoming one with some values zeroed: a gradient of bf16 values
+  /// (grad_flow::bf16_values) stays one, and the GEMM before relu need not round it again.
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const
+    requires std::is_same_v<Backward, ::trainkit::functors::relu_backward>
+  {
+    grad_flow<T, D> r(backward(g.widened(), needs)[0]);
+    r.bf16_values = g.bf16_values;
+    return {std::move(r)};
+  }
 };
 struct exp_backward {  // g * exp(x), from the output
   template <class A>

@@ -219,6 +219,48 @@ __attribute__((target("avx2"))) inline void affine_bf16_round_avx2(const std::ui
   }
   affine_bf16_round_sse2(v + i, a, b, y + i, n - i);
 }
+__attribute__((target("avx2"))) inline void relu_keep_bf16_avx2(const float* x, float* y, std::uint16_t* saved,
+                                                                 index_t n) {
+  index_t i = 0;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256 zero = _mm256_setzero_ps();
+  for (; i + 8 <= n; i += 8) {
+    const __m256i a = bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
+    _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_castsi256_ps(_mm256_and_si256(a, high)), zero));
+    const __m256i t = _mm256_srai_epi32(a, 16);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i),
+                     _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(t, t), 0x08)));
+  }
+  relu_keep_bf16_sse2(x + i, y + i, saved + i, n - i);
+}
+/// batch norm's input gradient a * g + c * v + k (two multiplies, then two adds left to right, as
+/// the scalar expression), v bfloat16, rounded to bfloat16 values kept as float, 8 at a time.
+__attribute__((target("avx2"))) inline void bn_gradient_bf16_round_avx2(const float* g, const std::uint16_t* v,
+                                                                         float a, float c, float k, float* dx,
+                                                                         index_t n) {
+  index_t i = 0;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  const __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c), vk = _mm256_set1_ps(k);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 x = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))), 16));
+    const __m256 r =
+        _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(va, _mm256_loadu_ps(g + i)), _mm256_mul_ps(vc, x)), vk);
+    _mm256_storeu_ps(dx + i, _mm256_castsi256_ps(_mm256_and_si256(bf16_round_high_avx2(_mm256_castps_si256(r)), high)));
+  }
+  for (; i < n; ++i) {
+    const float x = static_cast<float>(bfloat16::from_bits(v[i]));
+    dx[i] = static_cast<float>(bfloat16(a * g[i] + c * x + k));
+  }
+}
+__attribute__((target("avx2"))) inline void round_f32_bf16_avx2(const float* in, float* out, index_t n) {
+  index_t i = 0;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_and_si256(
+                                  bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(in + i))), high)));
+  round_f32_bf16_sse2(in + i, out + i, n - i);
+}
 #endif
 #define TRAINKIT_CPU_SSE2_BF16 1
 #else
@@ -237,6 +279,9 @@ inline void round_to_bfloat16(const float* in, bfloat16* out, index_t n) {
 /// out[0, n) = in[0, n) rounded to bfloat16 values, kept as float (4 at a time where SSE2 is there).
 inline void round_to_bfloat16_values(const float* in, float* out, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (cpu_features::current().avx2) return round_f32_bf16_avx2(in, out, n);
+#endif
   round_f32_bf16_sse2(in, out, n);
 #else
   for (index_t i = 0; i < n; ++i) out[i] = static_cast<float>(bfloat16(in[i]));
@@ -267,6 +312,17 @@ inline void affine_rounded_to_bfloat16(const bfloat16* v, float a, float b, floa
 #else
   for (index_t i = 0; i < n; ++i) y[i] = static_cast<float>(bfloat16(static_cast<float>(v[i]) * a + b));
 #endif
+}
+
+/// dx = a * g + c * v + k rounded to bfloat16 values, v bfloat16 (batch norm's input gradient on
+/// the widened bf16 route; 8 at a time with AVX2).
+inline void bn_gradient_rounded_to_bfloat16(const float* g, const bfloat16* v, float a, float c, float k, float* dx,
+                                            index_t n) {
+#if TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
+  if (cpu_features::current().avx2)
+    return bn_gradient_bf16_round_avx2(g, reinterpret_cast<const std::uint16_t*>(v), a, c, k, dx, n);
+#endif
+  for (index_t i = 0; i < n; ++i) dx[i] = static_cast<float>(bfloat16(a * g[i] + c * static_cast<float>(v[i]) + k));
 }
 
 /// The element loop f over n contiguous values has a bulk form here (a float/half conversion).
@@ -303,6 +359,9 @@ template <class F, class A, class B, class C>
 void run_bulk(F& f, index_t n, A* a, B* b, C* c) {
   if constexpr (std::is_same_v<F, functors::relu_keeping_bfloat16>) {
 #if TRAINKIT_CPU_SSE2_BF16
+#if TRAINKIT_CPU_F16C_DISPATCH
+    if (cpu_features::current().avx2) return relu_keep_bf16_avx2(c, a, reinterpret_cast<std::uint16_t*>(b), n);
+#endif
     relu_keep_bf16_sse2(c, a, reinterpret_cast<std::uint16_t*>(b), n);
 #else
     for (index_t i = 0; i < n; ++i) f(a[i], b[i], c[i]);
@@ -329,7 +388,7 @@ void run_bulk(F& f, index_t n, Out* out, In* in) {
     round_to_bfloat16(in, out, n);
 #if TRAINKIT_CPU_SSE2_BF16
   } else if constexpr (std::is_same_v<F, trainkit::detail::assign_fn<functors::round_to<bfloat16>, float, float>>) {
-    round_f32_bf16_sse2(in, out, n);
+    round_to_bfloat16_values(in, out, n);
 #endif
   } else {
 #if TRAINKIT_CPU_F16C_DISPATCH

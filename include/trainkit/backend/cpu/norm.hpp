@@ -143,10 +143,10 @@ struct norm<cpu> {
   template <class G, class X, class W, class S>
   static void batch_norm_backward(const G* g, const X* x, index_t n, index_t c, index_t s, const W* weight,
                                   const S* save_mean, const S* save_invstd, bool training, G* dx, W* dweight,
-                                  W* dbias) {
+                                  W* dbias, bool round_dx_to_bf16 = false) {
 #if TRAINKIT_HAS_ONEDNN
     if constexpr (std::is_same_v<G, X>)  // oneDNN takes the gradient in the input's type
-      if (detail::use_onednn_bnorm<X, W>() &&
+      if (!round_dx_to_bf16 && detail::use_onednn_bnorm<X, W>() &&
           onednn_batch_norm_backward(g, x, n, c, s, weight, save_mean, save_invstd, training, dx, dweight, dbias))
         return;
 #endif
@@ -177,9 +177,17 @@ struct norm<cpu> {
       }
       const C ca = C(a), cb = C(b), ck = C(k);
       for (index_t i = 0; i < n; ++i) {
-        const G* gp = g + (i * c + ch) * s;
-        const X* xp = x + (i * c + ch) * s;
-        store_row(dx + (i * c + ch) * s, s, [&](index_t j) { return ca * C(gp[j]) + cb * C(xp[j]) + ck; });
+        const index_t off = (i * c + ch) * s;
+        if constexpr (std::is_same_v<G, float> && std::is_same_v<X, bfloat16>)
+          if (round_dx_to_bf16) {  // the widened bf16 route: x and the rounding in one pass
+            cpu_convert::bn_gradient_rounded_to_bfloat16(g + off, x + off, ca, cb, ck, dx + off, s);
+            continue;
+          }
+        // Both rows as C (bf16 ones widened in bulk into the thread's buffers: inline, the
+        // widening kept the loop from vectorising).
+        const C* gp = compute_row<C>(g + off, s, 0);
+        const C* xp = compute_row<C>(x + off, s, 1);
+        store_row(dx + off, s, [&](index_t j) { return ca * gp[j] + cb * xp[j] + ck; });
       }
     });
   }
