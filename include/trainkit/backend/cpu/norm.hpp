@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 #include <vector>
 
 #include "trainkit/backend/cpu/convert16.hpp"  // round_to_bfloat16
@@ -52,17 +53,8 @@ struct norm<cpu> {
         sum += double(ps);
         sq += double(pq);
       }
-      const double dm = m ? sum / double(m) : 0.0, mean = k + dm;
-      sq = std::max(0.0, sq - double(m) * dm * dm);  // sum of (x - mean)^2
-      const double var = m ? sq / double(m) : 0.0;
-      const double invstd = 1.0 / std::sqrt(var + eps);
-      save_mean[ch] = S(mean);
-      save_invstd[ch] = S(invstd);
-      if (running_mean) running_mean[ch] = W((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
-      if (running_var) {
-        const double unbiased = m > 1 ? sq / double(m - 1) : std::numeric_limits<double>::quiet_NaN();
-        running_var[ch] = W((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
-      }
+      const auto [mean, invstd] = channel_statistics(ch, m, k, sum, sq, eps, momentum, running_mean, running_var,
+                                                     save_mean, save_invstd);
       affine_channel(x, n, c, s, ch, weight, bias, mean, invstd, y);
     });
   }
@@ -102,17 +94,8 @@ struct norm<cpu> {
         sum += double(ps);
         sq += double(pq);
       }
-      const double dm = m ? sum / double(m) : 0.0, mean = k + dm;
-      sq = std::max(0.0, sq - double(m) * dm * dm);
-      const double var = m ? sq / double(m) : 0.0;
-      const double invstd = 1.0 / std::sqrt(var + eps);
-      save_mean[ch] = S(mean);
-      save_invstd[ch] = S(invstd);
-      if (running_mean) running_mean[ch] = float((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
-      if (running_var) {
-        const double unbiased = m > 1 ? sq / double(m - 1) : std::numeric_limits<double>::quiet_NaN();
-        running_var[ch] = float((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
-      }
+      const auto [mean, invstd] = channel_statistics(ch, m, k, sum, sq, eps, momentum, running_mean, running_var,
+                                                     save_mean, save_invstd);
       const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
       const double shift = (bias ? double(bias[ch]) : 0.0) - mean * scale;
       for (index_t i = 0; i < n; ++i) {
@@ -360,6 +343,27 @@ struct norm<cpu> {
 #endif
       for (index_t j = 0; j < s; ++j) q[j] = Y(v(j));
     }
+  }
+
+  /// A channel's statistics from its m values' shifted sums (sum of x - k and of (x - k)^2): saves
+  /// mean and invstd = 1 / sqrt(var + eps) (biased variance), updates the running statistics when
+  /// given (the unbiased variance, PyTorch's rule); returns {mean, invstd}.
+  template <class W, class S>
+  static std::pair<double, double> channel_statistics(index_t ch, index_t m, double k, double sum, double sq,
+                                                      double eps, double momentum, W* running_mean, W* running_var,
+                                                      S* save_mean, S* save_invstd) {
+    const double dm = m ? sum / double(m) : 0.0, mean = k + dm;
+    sq = std::max(0.0, sq - double(m) * dm * dm);  // sum of (x - mean)^2
+    const double var = m ? sq / double(m) : 0.0;
+    const double invstd = 1.0 / std::sqrt(var + eps);
+    save_mean[ch] = S(mean);
+    save_invstd[ch] = S(invstd);
+    if (running_mean) running_mean[ch] = W((1.0 - momentum) * double(running_mean[ch]) + momentum * mean);
+    if (running_var) {
+      const double unbiased = m > 1 ? sq / double(m - 1) : std::numeric_limits<double>::quiet_NaN();
+      running_var[ch] = W((1.0 - momentum) * double(running_var[ch]) + momentum * unbiased);
+    }
+    return {mean, invstd};
   }
 
   /// y = (x - mean) * invstd * weight + bias over one channel of every sample.
