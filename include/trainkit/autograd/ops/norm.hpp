@@ -80,11 +80,10 @@ struct batch_norm {
                                             dw.defined() ? dw.data() : nullptr, db.defined() ? db.data() : nullptr,
                                             round...);
     };
-    if (round_dx) {
-      if constexpr (may_keep_bf16) kernel(true);
-    } else {
+    if constexpr (may_keep_bf16)
+      kernel(round_dx);
+    else
       kernel();
-    }
     if (dx.defined()) {
       if constexpr (std::is_same_v<G, bfloat16>)
         r[0] = grad_flow<T, D>::narrow(dx.view(x_sizes));
@@ -158,23 +157,26 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
   const tensor<T, D> wv = weight.defined() ? weight.value().contiguous() : tensor<T, D>();
   const tensor<T, D> bv = bias.defined() ? bias.value().contiguous() : tensor<T, D>();
   auto save_mean = tensor<stat_t, D>::empty({c}), save_invstd = tensor<stat_t, D>::empty({c});
+  // A training kernel run as kernel(running_mean*, running_var*): it updates the running
+  // statistics in place, so it gets dense buffers, copied back when the caller's tensors are views.
+  auto with_running = [&](auto kernel) {
+    tensor<T, D> rm, rv;
+    if (training && running_mean.defined()) {
+      rm = running_mean.contiguous();
+      rv = running_var.contiguous();
+    }
+    kernel(rm.defined() ? rm.data() : nullptr, rv.defined() ? rv.data() : nullptr);
+    if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
+    if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
+  };
   // y for a dense input xv of X elements (T, or bfloat16 with float parameters).
   auto normalise = [&]<class X>(const tensor<X, D>& xv) {
     auto y = tensor<X, D>::empty(xv.sizes());
     if (use_batch) {
-      // The kernel updates the running statistics in place: give it dense buffers and copy back
-      // when the caller's tensors are views.
-      tensor<T, D> rm, rv;
-      if (training && running_mean.defined()) {
-        rm = running_mean.contiguous();
-        rv = running_var.contiguous();
-      }
-      backend::norm<D>::batch_norm_train(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
-                                         eps, momentum, rm.defined() ? rm.data() : nullptr,
-                                         rv.defined() ? rv.data() : nullptr, y.data(), save_mean.data(),
-                                         save_invstd.data());
-      if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
-      if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
+      with_running([&](T* rm, T* rv) {
+        backend::norm<D>::batch_norm_train(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
+                                           eps, momentum, rm, rv, y.data(), save_mean.data(), save_invstd.data());
+      });
     } else {
       const tensor<T, D> rm = running_mean.contiguous(), rv = running_var.contiguous();
       backend::norm<D>::batch_norm_eval(xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv),
@@ -195,8 +197,6 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
                                                                     s, use_batch, ws, bs},
                          std::move(y), in.list);
     }
-  }
-  if constexpr (std::is_same_v<D, cpu> && std::is_same_v<T, float>) {
     // bf16 values held in float (the CPU's widened bf16 route), in training with backward to come:
     // one kernel rounds x as it reads it (a convolution's deferred rounding), writes the bf16 copy
     // backward saves and rounds y as it writes it (norm<cpu>::batch_norm_train_bf16_values).
@@ -206,17 +206,11 @@ var<T, D> batch_norm(const var<T, D>& x, const var<T, D>& weight, const var<T, D
           (x.rounding_deferred() == value_precision::bfloat16 ? x.value_unrounded() : x.value()).contiguous();
       auto keep = tensor<bfloat16, D>::empty(xv.sizes());
       auto y = tensor<T, D>::empty(xv.sizes());
-      tensor<T, D> rm, rv;
-      if (training && running_mean.defined()) {
-        rm = running_mean.contiguous();
-        rv = running_var.contiguous();
-      }
-      backend::norm<D>::batch_norm_train_bf16_values(
-          xv.data(), n, c, s, detail::data_or_null(wv), detail::data_or_null(bv), eps, momentum,
-          rm.defined() ? rm.data() : nullptr, rv.defined() ? rv.data() : nullptr, y.data(), keep.data(),
-          save_mean.data(), save_invstd.data());
-      if (rm.defined() && !rm.shares_storage_with(running_mean)) copy_(running_mean, rm);
-      if (rv.defined() && !rv.shares_storage_with(running_var)) copy_(running_var, rv);
+      with_running([&](T* rm, T* rv) {
+        backend::norm<D>::batch_norm_train_bf16_values(xv.data(), n, c, s, detail::data_or_null(wv),
+                                                       detail::data_or_null(bv), eps, momentum, rm, rv, y.data(),
+                                                       keep.data(), save_mean.data(), save_invstd.data());
+      });
       ops::batch_norm<T, D> op{saved_tensor<T, D>::of_16bit(std::move(keep)), wv, save_mean, save_invstd, x.sizes(),
                                n, c, s, use_batch, ws, bs};
       auto out = record(std::move(op), std::move(y), in.list);

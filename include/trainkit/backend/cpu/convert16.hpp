@@ -37,6 +37,8 @@ namespace trainkit::backend::cpu_convert {
 /// This CPU has F16C and AVX, the OS saves the YMM registers, and the ISA limit allows AVX
 /// (cpu_features.hpp: clang's __builtin_cpu_supports knows no "f16c").
 inline bool has_f16c() noexcept { return cpu_features::current().f16c; }
+/// This CPU has AVX2 and the ISA limit allows it (the 8-lane bf16 loops below).
+inline bool has_avx2() noexcept { return cpu_features::current().avx2; }
 
 __attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* in, std::uint16_t* out, index_t n) {
   index_t i = 0;
@@ -111,17 +113,20 @@ inline __m128i bf16_round_high_sse2(__m128i u) {
   const __m128i nan = _mm_cmpgt_epi32(_mm_and_si128(u, magnitude), inf);
   return _mm_or_si128(_mm_and_si128(nan, _mm_or_si128(u, quiet)), _mm_andnot_si128(nan, rounded));
 }
+/// The bfloat16 bits of two bf16_round_high_sse2 results, 8 in order: each sign-extended from its 16
+/// bits, which a signed saturating pack then keeps exactly.
+inline __m128i bf16_pack_sse2(__m128i a, __m128i b) {
+  return _mm_packs_epi32(_mm_srai_epi32(a, 16), _mm_srai_epi32(b, 16));
+}
 
 /// float -> bfloat16 by bfloat16's own rule, 8 at a time with SSE2 - the compiler leaves the scalar
 /// rule unvectorised, having no 32 -> 16-bit narrowing before SSE4.1: here each result is
 /// sign-extended from its 16 bits, which a signed saturating pack then keeps exactly.
 inline void f32_to_bf16_sse2(const float* in, std::uint16_t* out, index_t n) {
   index_t i = 0;
-  const auto round4 = [](const float* p) {
-    return _mm_srai_epi32(bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(p))), 16);
-  };
+  const auto round4 = [](const float* p) { return bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(p))); };
   for (; i + 8 <= n; i += 8)
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm_packs_epi32(round4(in + i), round4(in + i + 4)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), bf16_pack_sse2(round4(in + i), round4(in + i + 4)));
   for (; i < n; ++i) out[i] = bfloat16(in[i]).bits();
 }
 /// float -> bfloat16 -> float by the same rule, 4 at a time with SSE2 (no narrowing needed: the
@@ -144,7 +149,7 @@ inline void relu_keep_bf16_sse2(const float* x, float* y, std::uint16_t* saved, 
     const __m128i b = bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(x + i + 4)));
     _mm_storeu_ps(y + i, _mm_max_ps(_mm_castsi128_ps(_mm_and_si128(a, high)), zero));
     _mm_storeu_ps(y + i + 4, _mm_max_ps(_mm_castsi128_ps(_mm_and_si128(b, high)), zero));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i), _mm_packs_epi32(_mm_srai_epi32(a, 16), _mm_srai_epi32(b, 16)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i), bf16_pack_sse2(a, b));
   }
   for (; i < n; ++i) {
     bfloat16 s;
@@ -161,7 +166,7 @@ inline void round_keep_bf16_sse2(const float* x, float* out, std::uint16_t* keep
     const __m128i b = bf16_round_high_sse2(_mm_castps_si128(_mm_loadu_ps(x + i + 4)));
     _mm_storeu_ps(out + i, _mm_castsi128_ps(_mm_and_si128(a, high)));
     _mm_storeu_ps(out + i + 4, _mm_castsi128_ps(_mm_and_si128(b, high)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + i), _mm_packs_epi32(_mm_srai_epi32(a, 16), _mm_srai_epi32(b, 16)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + i), bf16_pack_sse2(a, b));
   }
   for (; i < n; ++i) {
     keep[i] = bfloat16(x[i]).bits();
@@ -192,6 +197,17 @@ __attribute__((target("avx2"))) inline __m256i bf16_round_high_avx2(__m256i u) {
   const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, magnitude), inf);
   return _mm256_or_si256(_mm256_and_si256(nan, _mm256_or_si256(u, quiet)), _mm256_andnot_si256(nan, rounded));
 }
+/// The 8 bfloat16 bits of a bf16_round_high_avx2 result, in order (packs works per 128-bit lane:
+/// quadwords 0 and 2 hold them).
+__attribute__((target("avx2"))) inline __m128i bf16_pack_avx2(__m256i a) {
+  const __m256i t = _mm256_srai_epi32(a, 16);
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(t, t), 0x08));
+}
+/// 8 bfloat16 values as floats (their bits become a float's top 16).
+__attribute__((target("avx2"))) inline __m256 bf16_widen_avx2(const std::uint16_t* v) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v))), 16));
+}
 __attribute__((target("avx2"))) inline void round_keep_bf16_avx2(const float* x, float* out, std::uint16_t* keep,
                                                                   index_t n) {
   index_t i = 0;
@@ -199,10 +215,7 @@ __attribute__((target("avx2"))) inline void round_keep_bf16_avx2(const float* x,
   for (; i + 8 <= n; i += 8) {
     const __m256i a = bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
     _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_and_si256(a, high)));
-    const __m256i t = _mm256_srai_epi32(a, 16);
-    // packs works per 128-bit lane: quadwords 0 and 2 hold the 8 results in order.
-    const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi32(t, t), 0x08);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + i), _mm256_castsi256_si128(p));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(keep + i), bf16_pack_avx2(a));
   }
   round_keep_bf16_sse2(x + i, out + i, keep + i, n - i);
 }
@@ -212,9 +225,7 @@ __attribute__((target("avx2"))) inline void affine_bf16_round_avx2(const std::ui
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   const __m256 va = _mm256_set1_ps(a), vb = _mm256_set1_ps(b);
   for (; i + 8 <= n; i += 8) {
-    const __m256i w =
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))), 16);
-    const __m256 r = _mm256_add_ps(_mm256_mul_ps(_mm256_castsi256_ps(w), va), vb);
+    const __m256 r = _mm256_add_ps(_mm256_mul_ps(bf16_widen_avx2(v + i), va), vb);
     _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_and_si256(bf16_round_high_avx2(_mm256_castps_si256(r)), high)));
   }
   affine_bf16_round_sse2(v + i, a, b, y + i, n - i);
@@ -227,9 +238,7 @@ __attribute__((target("avx2"))) inline void relu_keep_bf16_avx2(const float* x, 
   for (; i + 8 <= n; i += 8) {
     const __m256i a = bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(x + i)));
     _mm256_storeu_ps(y + i, _mm256_max_ps(_mm256_castsi256_ps(_mm256_and_si256(a, high)), zero));
-    const __m256i t = _mm256_srai_epi32(a, 16);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i),
-                     _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packs_epi32(t, t), 0x08)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(saved + i), bf16_pack_avx2(a));
   }
   relu_keep_bf16_sse2(x + i, y + i, saved + i, n - i);
 }
@@ -242,10 +251,8 @@ __attribute__((target("avx2"))) inline void bn_gradient_bf16_round_avx2(const fl
   const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
   const __m256 va = _mm256_set1_ps(a), vc = _mm256_set1_ps(c), vk = _mm256_set1_ps(k);
   for (; i + 8 <= n; i += 8) {
-    const __m256 x = _mm256_castsi256_ps(
-        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v + i))), 16));
-    const __m256 r =
-        _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(va, _mm256_loadu_ps(g + i)), _mm256_mul_ps(vc, x)), vk);
+    const __m256 r = _mm256_add_ps(
+        _mm256_add_ps(_mm256_mul_ps(va, _mm256_loadu_ps(g + i)), _mm256_mul_ps(vc, bf16_widen_avx2(v + i))), vk);
     _mm256_storeu_ps(dx + i, _mm256_castsi256_ps(_mm256_and_si256(bf16_round_high_avx2(_mm256_castps_si256(r)), high)));
   }
   for (; i < n; ++i) {
@@ -280,7 +287,7 @@ inline void round_to_bfloat16(const float* in, bfloat16* out, index_t n) {
 inline void round_to_bfloat16_values(const float* in, float* out, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16
 #if TRAINKIT_CPU_F16C_DISPATCH
-  if (cpu_features::current().avx2) return round_f32_bf16_avx2(in, out, n);
+  if (has_avx2()) return round_f32_bf16_avx2(in, out, n);
 #endif
   round_f32_bf16_sse2(in, out, n);
 #else
@@ -292,7 +299,7 @@ inline void round_to_bfloat16_values(const float* in, float* out, index_t n) {
 inline void round_keeping_bfloat16(const float* x, float* out, bfloat16* keep, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16
 #if TRAINKIT_CPU_F16C_DISPATCH
-  if (cpu_features::current().avx2) return round_keep_bf16_avx2(x, out, reinterpret_cast<std::uint16_t*>(keep), n);
+  if (has_avx2()) return round_keep_bf16_avx2(x, out, reinterpret_cast<std::uint16_t*>(keep), n);
 #endif
   round_keep_bf16_sse2(x, out, reinterpret_cast<std::uint16_t*>(keep), n);
 #else
@@ -306,7 +313,7 @@ inline void round_keeping_bfloat16(const float* x, float* out, bfloat16* keep, i
 inline void affine_rounded_to_bfloat16(const bfloat16* v, float a, float b, float* y, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16
 #if TRAINKIT_CPU_F16C_DISPATCH
-  if (cpu_features::current().avx2) return affine_bf16_round_avx2(reinterpret_cast<const std::uint16_t*>(v), a, b, y, n);
+  if (has_avx2()) return affine_bf16_round_avx2(reinterpret_cast<const std::uint16_t*>(v), a, b, y, n);
 #endif
   affine_bf16_round_sse2(reinterpret_cast<const std::uint16_t*>(v), a, b, y, n);
 #else
@@ -319,7 +326,7 @@ inline void affine_rounded_to_bfloat16(const bfloat16* v, float a, float b, floa
 inline void bn_gradient_rounded_to_bfloat16(const float* g, const bfloat16* v, float a, float c, float k, float* dx,
                                             index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
-  if (cpu_features::current().avx2)
+  if (has_avx2())
     return bn_gradient_bf16_round_avx2(g, reinterpret_cast<const std::uint16_t*>(v), a, c, k, dx, n);
 #endif
   for (index_t i = 0; i < n; ++i) dx[i] = static_cast<float>(bfloat16(a * g[i] + c * static_cast<float>(v[i]) + k));
@@ -360,7 +367,7 @@ void run_bulk(F& f, index_t n, A* a, B* b, C* c) {
   if constexpr (std::is_same_v<F, functors::relu_keeping_bfloat16>) {
 #if TRAINKIT_CPU_SSE2_BF16
 #if TRAINKIT_CPU_F16C_DISPATCH
-    if (cpu_features::current().avx2) return relu_keep_bf16_avx2(c, a, reinterpret_cast<std::uint16_t*>(b), n);
+    if (has_avx2()) return relu_keep_bf16_avx2(c, a, reinterpret_cast<std::uint16_t*>(b), n);
 #endif
     relu_keep_bf16_sse2(c, a, reinterpret_cast<std::uint16_t*>(b), n);
 #else
