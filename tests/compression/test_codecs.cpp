@@ -3,6 +3,7 @@
 // Catch2's assertions are not thread-safe: rank threads only record, the test thread checks.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -264,6 +265,107 @@ TEMPLATE_TEST_CASE("compression: encode_residual = encode, decode and subtract",
   for (index_t i = 0; i < n; ++i) {
     const auto k = static_cast<std::size_t>(i);
     REQUIRE(trainkit::detail::bit_cast<std::uint32_t>(r1[k]) == trainkit::detail::bit_cast<std::uint32_t>(r2[k]));
+  }
+}
+
+namespace {
+/// Blocks of every kind the codecs treat apart: normal, zero, tiny (below 1e-30), with inf, with a
+/// NaN, with -0, with quantization ties, with FLT_MAX.
+std::vector<float> special_blocks(index_t B, index_t blocks, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d;
+  std::uniform_int_distribution<int> u(0, 99);
+  std::vector<float> x(static_cast<std::size_t>(B * blocks));
+  for (auto& v : x) v = d(gen) * std::pow(10.0f, float(u(gen) % 7 - 3));
+  for (index_t b = 0; b < blocks; ++b) {
+    float* xb = x.data() + b * B;
+    const int kind = u(gen) % 8, at = int(u(gen) % B);
+    switch (kind) {
+      case 0: std::fill(xb, xb + B, 0.0f); break;
+      case 1: for (index_t i = 0; i < B; ++i) xb[i] *= 1e-33f; break;
+      case 2: xb[at] = -std::numeric_limits<float>::infinity(); break;
+      case 3: xb[at] = std::bit_cast<float>(0xffc00123u); break;
+      case 4: xb[at] = -0.0f; break;
+      case 5:  // x * 127 / 3 lands on k + 0.5 for every element
+        for (index_t i = 0; i < B; ++i) xb[i] = (float(u(gen) - 50) + 0.5f) * 3.0f / 127.0f;
+        xb[0] = 3.0f;
+        break;
+      case 6: xb[at] = std::numeric_limits<float>::max(); break;
+      default: break;
+    }
+  }
+  return x;
+}
+}  // namespace
+
+TEST_CASE("compression: int8 and 1-bit bytes, decodes and residuals are the functors', element by element",
+          "[dist][compression]") {
+  // The host loops take AVX2 where the CPU has it (run again under TRAINKIT_MAX_CPU_ISA=sse41 for
+  // the portable loops): both must give what the per-element functors - which the GPU kernels use
+  // too - give, bit for bit.
+  namespace cd = compression::detail;
+  const auto bits = [](float f) { return std::bit_cast<std::uint32_t>(f); };
+  for (index_t B : {8, 40, 128, 256}) {
+    CAPTURE(B);
+    if (B == 128) WARN("int8/1-bit host loops: " << (cd::compress_blocks_avx2(B) ? "AVX2" : "portable"));
+    const index_t blocks = 400, n = B * blocks;
+    const auto x = special_blocks(B, blocks, unsigned(B));
+    // int8: encode, encode with residual, decode, decode-add.
+    std::vector<std::uint8_t> w(std::size_t(n + 4 * blocks)), w2(w.size());
+    const auto size = static_cast<std::size_t>(n);
+    std::vector<float> r(size), y(size), acc(size, 0.25f);
+    cd::compress_encode_int8_residual(x.data(), n, B, w.data(), r.data());
+    cd::compress_encode_int8(x.data(), n, B, w2.data());
+    REQUIRE(w == w2);
+    cd::compress_decode_int8(w.data(), n, B, y.data());
+    cd::compress_decode_add_int8(w.data(), n, B, acc.data());
+    for (index_t b = 0; b < blocks; ++b) {
+      const float* xb = x.data() + b * B;
+      float m = 0;
+      bool finite = true;
+      for (index_t i = 0; i < B; ++i) {
+        finite = finite && std::isfinite(xb[i]);
+        if (!std::isnan(xb[i])) m = std::max(m, std::fabs(xb[i]));
+      }
+      const float scale = cd::compress_int8_scale_fn{}(m, finite);
+      const std::uint8_t* wb = w.data() + b * (4 + B);
+      REQUIRE(bits(cd::compress_load_scale(wb)) == bits(scale));
+      const cd::compress_int8_dequantize_fn deq{scale};
+      for (index_t i = 0; i < B; ++i) {
+        const auto k = std::size_t(b * B + i);
+        const std::int8_t q = scale > 0.0f ? cd::compress_int8_quantize_fn{127.0f / m}(xb[i]) : std::int8_t(0);
+        REQUIRE(std::int8_t(wb[4 + i]) == q);
+        REQUIRE(bits(r[k]) == bits(cd::compress_residual_fn{}(xb[i], deq(q))));
+        REQUIRE(bits(y[k]) == bits(deq(q)));
+        REQUIRE(bits(acc[k]) == bits(0.25f + deq(q)));
+      }
+    }
+    // 1-bit: encode, encode with residual, decode, decode-add.
+    std::vector<std::uint8_t> s(std::size_t(n / 8 + 4 * blocks)), s2(s.size());
+    std::fill(acc.begin(), acc.end(), 0.25f);
+    cd::compress_encode_sign_residual(x.data(), n, B, s.data(), r.data());
+    cd::compress_encode_sign(x.data(), n, B, s2.data());
+    REQUIRE(s == s2);
+    cd::compress_decode_sign(s.data(), n, B, y.data());
+    cd::compress_decode_add_sign(s.data(), n, B, acc.data());
+    for (index_t b = 0; b < blocks; ++b) {
+      const float* xb = x.data() + b * B;
+      float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // the host's order: eight running sums, then a tree
+      for (index_t i = 0; i < B; ++i) part[i % 8] += std::fabs(xb[i]);
+      const float sum = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+      const float scale = cd::compress_sign_scale_fn{}(sum, B);
+      const std::uint8_t* sb = s.data() + b * (4 + B / 8);
+      REQUIRE(bits(cd::compress_load_scale(sb)) == bits(scale));
+      const cd::compress_sign_decode_fn dec{scale};
+      for (index_t i = 0; i < B; ++i) {
+        const auto k = std::size_t(b * B + i);
+        const int bit = cd::compress_sign_bit_fn{}(xb[i]);
+        REQUIRE(((sb[4 + i / 8] >> (i % 8)) & 1) == bit);
+        REQUIRE(bits(r[k]) == bits(cd::compress_residual_fn{}(xb[i], dec(bit))));
+        REQUIRE(bits(y[k]) == bits(dec(bit)));
+        REQUIRE(bits(acc[k]) == bits(0.25f + dec(bit)));
+      }
+    }
   }
 }
 

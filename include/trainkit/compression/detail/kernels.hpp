@@ -21,6 +21,16 @@
 #include "trainkit/core/half.hpp"   // trainkit::detail::bit_cast (host and device)
 #include "trainkit/core/shape.hpp"  // index_t
 
+// The int8 and 1-bit host loops take AVX2 where the CPU has it (8 lanes; the same operations in
+// the same order as the portable loops, so the same bytes and residuals), chosen at run time.
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
+#define TRAINKIT_COMPRESS_AVX2 1
+#include <immintrin.h>
+#include "trainkit/backend/cpu/cpu_features.hpp"
+#else
+#define TRAINKIT_COMPRESS_AVX2 0
+#endif
+
 namespace trainkit::compression::detail {
 
 // ---- functors -----------------------------------------------------------------------------------
@@ -210,73 +220,206 @@ inline float compress_block_abssum(const float* x, index_t B) {
   return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
 }
 
-/// int8_block<B> on n elements (a multiple of B).
-inline void compress_encode_int8(const float* x, index_t n, index_t B, std::uint8_t* out) {
-  const index_t nb = n / B;
-  compress_for(nb, n, [&](index_t b) {
+#if TRAINKIT_COMPRESS_AVX2
+/// This CPU has AVX2 and the ISA limit (TRAINKIT_MAX_CPU_ISA) allows it.
+inline bool compress_has_avx2() noexcept { return backend::cpu_features::current().avx2; }
+
+/// compress_block_absmax on 8 lanes (B a multiple of 8): the same integer maximum.
+__attribute__((target("avx2"))) inline float compress_block_absmax_avx2(const float* x, index_t B, bool& finite) {
+  const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
+  __m256i m = _mm256_setzero_si256();
+  for (index_t i = 0; i < B; i += 8)
+    m = _mm256_max_epi32(m, _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), magnitude));
+  __m128i h = _mm_max_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+  h = _mm_max_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+  const std::int32_t mi = _mm_cvtsi128_si32(h);
+  finite = mi < 0x7f800000;
+  return trainkit::detail::bit_cast<float>(mi);
+}
+
+/// compress_int8_quantize_fn's rounding on 8 lanes, as float: (x * inv + 1.5 * 2^23) - 1.5 * 2^23,
+/// each step rounded (the empty asm keeps a compiler from fusing the multiply and the add into
+/// one FMA under -mfma, as the portable loop is not either).
+__attribute__((target("avx2"))) inline __m256 compress_int8_round_avx2(__m256 x, __m256 inv) {
+  __m256 t = _mm256_mul_ps(x, inv);
+  __asm__("" : "+x"(t));
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  return _mm256_sub_ps(_mm256_add_ps(t, magic), magic);
+}
+
+/// The residual of 8 lanes, x - r * scale, 0 where not finite (compress_residual_fn; r * scale is
+/// the dequantized value: r is the integer q as a float and the scale is finite and positive).
+__attribute__((target("avx2"))) inline void compress_int8_residual_avx2(__m256 x, __m256 r, __m256 scale, float* out) {
+  const __m256 d = _mm256_sub_ps(x, _mm256_mul_ps(r, scale));
+  const __m256 finite = _mm256_cmp_ps(_mm256_sub_ps(d, d), _mm256_setzero_ps(), _CMP_EQ_OQ);
+  _mm256_storeu_ps(out, _mm256_and_ps(d, finite));
+}
+
+/// One int8 block with a positive scale: q (and, with Residual, the residual), 32 lanes at a time
+/// (packed to bytes and put back in order with one permute), then 8.
+template <bool Residual>
+__attribute__((target("avx2"))) inline void compress_int8_block_avx2(const float* x, index_t B, float absmax, float scale,
+                                                                     std::int8_t* q, float* residual) {
+  const __m256 inv = _mm256_set1_ps(127.0f / absmax), s = _mm256_set1_ps(scale);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  index_t i = 0;
+  for (; i + 32 <= B; i += 32) {
+    __m256i v[4];
+    for (int k = 0; k < 4; ++k) {
+      const __m256 xk = _mm256_loadu_ps(x + i + 8 * k);
+      const __m256 r = compress_int8_round_avx2(xk, inv);
+      if constexpr (Residual) compress_int8_residual_avx2(xk, r, s, residual + i + 8 * k);
+      v[k] = _mm256_cvttps_epi32(r);
+    }
+    const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + i), _mm256_permutevar8x32_epi32(bytes, order));
+  }
+  for (; i < B; i += 8) {
+    const __m256 xk = _mm256_loadu_ps(x + i);
+    const __m256 r = compress_int8_round_avx2(xk, inv);
+    if constexpr (Residual) compress_int8_residual_avx2(xk, r, s, residual + i);
+    const __m256i v = _mm256_cvttps_epi32(r);
+    const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w, w));
+  }
+}
+
+/// n decoded int8 values (Add: added to out), compress_int8_dequantize_fn on 8 lanes: the product,
+/// and compress_nan() where it is a NaN.
+template <bool Add>
+__attribute__((target("avx2"))) inline void compress_int8_dequantize_avx2(const std::int8_t* q, index_t B, float scale,
+                                                                          float* out) {
+  const __m256 s = _mm256_set1_ps(scale), nan = _mm256_set1_ps(compress_nan());
+  for (index_t i = 0; i < B; i += 8) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + i)));
+    __m256 y = _mm256_mul_ps(_mm256_cvtepi32_ps(v), s);
+    y = _mm256_blendv_ps(y, nan, _mm256_cmp_ps(y, y, _CMP_UNORD_Q));
+    if constexpr (Add) y = _mm256_add_ps(_mm256_loadu_ps(out + i), y);
+    _mm256_storeu_ps(out + i, y);
+  }
+}
+
+/// compress_block_abssum on 8 lanes: lane j is the portable loop's s[j] (|x| by clearing the sign
+/// bit, which differs from x < 0 ? -x : x only in a NaN's sign, and a NaN sum's scale is
+/// compress_nan() either way), summed in the same order.
+__attribute__((target("avx2"))) inline float compress_block_abssum_avx2(const float* x, index_t B) {
+  const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  __m256 acc = _mm256_setzero_ps();
+  for (index_t i = 0; i < B; i += 8) acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_loadu_ps(x + i), magnitude));
+  alignas(32) float s[8];
+  _mm256_store_ps(s, acc);
+  return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
+}
+
+/// One 1-bit block: the scale, the sign bytes (one compare and movemask per 8) and, with Residual,
+/// x - (x >= 0 ? scale : -scale) (scale * (2 bit - 1), exact), 0 where not finite or where the
+/// scale is a NaN (as compress_residual_fn gives for x - NaN).
+template <bool Residual>
+__attribute__((target("avx2"))) inline void compress_sign_block_avx2(const float* x, index_t B, std::uint8_t* out,
+                                                                     float* residual) {
+  const float scale = compress_sign_scale_fn{}(compress_block_abssum_avx2(x, B), B);
+  compress_store_scale(out, scale);
+  const bool nan = scale != scale;
+  const __m256 zero = _mm256_setzero_ps(), s = _mm256_set1_ps(scale);
+  const __m256 neg = _mm256_xor_ps(s, _mm256_set1_ps(-0.0f));
+  for (index_t k = 0; k < B / 8; ++k) {
+    const __m256 xk = _mm256_loadu_ps(x + 8 * k);
+    const __m256 bit = _mm256_cmp_ps(xk, zero, _CMP_GE_OQ);
+    out[4 + k] = static_cast<std::uint8_t>(_mm256_movemask_ps(bit));
+    if constexpr (Residual) {
+      if (nan) {
+        _mm256_storeu_ps(residual + 8 * k, zero);
+        continue;
+      }
+      const __m256 d = _mm256_sub_ps(xk, _mm256_blendv_ps(neg, s, bit));
+      const __m256 finite = _mm256_cmp_ps(_mm256_sub_ps(d, d), zero, _CMP_EQ_OQ);
+      _mm256_storeu_ps(residual + 8 * k, _mm256_and_ps(d, finite));
+    }
+  }
+}
+#endif
+
+/// Whether the loops over blocks of B take the AVX2 forms: B a multiple of 8 and the CPU has it.
+inline bool compress_blocks_avx2([[maybe_unused]] index_t B) {
+#if TRAINKIT_COMPRESS_AVX2
+  return B % 8 == 0 && compress_has_avx2();
+#else
+  return false;
+#endif
+}
+
+/// int8_block<B> on n elements (a multiple of B); with Residual, residual[i] = x[i] - decoded[i]
+/// (compress_residual_fn) in the same pass over the block (the worker and server sides of error
+/// feedback without a separate decode).
+template <bool Residual>
+void compress_int8_blocks(const float* x, index_t n, index_t B, std::uint8_t* out, [[maybe_unused]] float* residual) {
+  const bool avx2 = compress_blocks_avx2(B);
+  compress_for(n / B, n, [&](index_t b) {
     const float* xb = x + b * B;
     std::uint8_t* ob = out + b * (4 + B);
+    auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
+    float* rb = Residual ? residual + b * B : nullptr;
     bool finite = true;
+#if TRAINKIT_COMPRESS_AVX2
+    const float m = avx2 ? compress_block_absmax_avx2(xb, B, finite) : compress_block_absmax(xb, B, finite);
+#else
     const float m = compress_block_absmax(xb, B, finite);
+#endif
     const float scale = compress_int8_scale_fn{}(m, finite);
     compress_store_scale(ob, scale);
-    auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
-    if (scale > 0.0f) {
-      const compress_int8_quantize_fn quant{127.0f / m};
-      for (index_t i = 0; i < B; ++i) q[i] = quant(xb[i]);
-    } else {  // zero, tiny or non-finite (NaN scale): nothing to quantize
+    const compress_int8_dequantize_fn deq{scale};
+    if (!(scale > 0.0f)) {  // zero, tiny or non-finite (NaN scale): nothing to quantize
       std::memset(q, 0, static_cast<std::size_t>(B));
+      if constexpr (Residual)  // x for a tiny block; 0 for a non-finite one (x - NaN)
+        for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], deq(0));
+      return;
+    }
+#if TRAINKIT_COMPRESS_AVX2
+    if (avx2) return compress_int8_block_avx2<Residual>(xb, B, m, scale, q, rb);
+#endif
+    const compress_int8_quantize_fn quant{127.0f / m};
+    for (index_t i = 0; i < B; ++i) {
+      q[i] = quant(xb[i]);
+      if constexpr (Residual) rb[i] = compress_residual_fn{}(xb[i], deq(q[i]));
     }
   });
 }
-/// compress_encode_int8, and residual[i] = x[i] - decoded[i] (compress_residual_fn) in the same pass
-/// over the block (the worker and server sides of error feedback without a separate decode).
+inline void compress_encode_int8(const float* x, index_t n, index_t B, std::uint8_t* out) {
+  compress_int8_blocks<false>(x, n, B, out, nullptr);
+}
 inline void compress_encode_int8_residual(const float* x, index_t n, index_t B, std::uint8_t* out, float* residual) {
-  const index_t nb = n / B;
-  compress_for(nb, n, [&](index_t b) {
-    const float* xb = x + b * B;
-    float* rb = residual + b * B;
-    std::uint8_t* ob = out + b * (4 + B);
-    bool finite = true;
-    const float m = compress_block_absmax(xb, B, finite);
-    const float scale = compress_int8_scale_fn{}(m, finite);
-    compress_store_scale(ob, scale);
-    auto* q = reinterpret_cast<std::int8_t*>(ob + 4);
-    if (scale > 0.0f) {
-      const compress_int8_quantize_fn quant{127.0f / m};
-      const compress_int8_dequantize_fn deq{scale};
-      for (index_t i = 0; i < B; ++i) {
-        q[i] = quant(xb[i]);
-        rb[i] = compress_residual_fn{}(xb[i], deq(q[i]));
-      }
-    } else {
-      std::memset(q, 0, static_cast<std::size_t>(B));
-      const compress_int8_dequantize_fn deq{scale};  // NaN for a non-finite block: residual 0
-      for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], deq(0));
+  compress_int8_blocks<true>(x, n, B, out, residual);
+}
+
+/// Decoded int8 blocks into out (Add: acc[i] += decoded, the server's sum over the ranks without a
+/// separate pass).
+template <bool Add>
+void compress_int8_decode_blocks(const std::uint8_t* in, index_t n, index_t B, float* out) {
+  const bool avx2 = compress_blocks_avx2(B);
+  compress_for(n / B, n, [&](index_t b) {
+    const std::uint8_t* ib = in + b * (4 + B);
+    const float scale = compress_load_scale(ib);
+    const auto* q = reinterpret_cast<const std::int8_t*>(ib + 4);
+    float* ob = out + b * B;
+#if TRAINKIT_COMPRESS_AVX2
+    if (avx2) return compress_int8_dequantize_avx2<Add>(q, B, scale, ob);
+#endif
+    (void)avx2;
+    const compress_int8_dequantize_fn deq{scale};
+    for (index_t i = 0; i < B; ++i) {
+      if constexpr (Add)
+        ob[i] += deq(q[i]);
+      else
+        ob[i] = deq(q[i]);
     }
   });
 }
 inline void compress_decode_int8(const std::uint8_t* in, index_t n, index_t B, float* out) {
-  const index_t nb = n / B;
-  compress_for(nb, n, [&](index_t b) {
-    const std::uint8_t* ib = in + b * (4 + B);
-    const compress_int8_dequantize_fn deq{compress_load_scale(ib)};
-    const auto* q = reinterpret_cast<const std::int8_t*>(ib + 4);
-    float* ob = out + b * B;
-    for (index_t i = 0; i < B; ++i) ob[i] = deq(q[i]);
-  });
+  compress_int8_decode_blocks<false>(in, n, B, out);
 }
-
-/// acc[i] += decoded int8 (the server's sum over the ranks, without a separate pass).
 inline void compress_decode_add_int8(const std::uint8_t* in, index_t n, index_t B, float* acc) {
-  const index_t nb = n / B;
-  compress_for(nb, n, [&](index_t b) {
-    const std::uint8_t* ib = in + b * (4 + B);
-    const compress_int8_dequantize_fn deq{compress_load_scale(ib)};
-    const auto* q = reinterpret_cast<const std::int8_t*>(ib + 4);
-    float* ob = acc + b * B;
-    for (index_t i = 0; i < B; ++i) ob[i] += deq(q[i]);
-  });
+  compress_int8_decode_blocks<true>(in, n, B, acc);
 }
 
 /// The sign bits of x[0, 8): bit j set when x[j] >= 0 (compress_sign_bit_fn: NaN 0, -0 1). With
@@ -334,29 +477,33 @@ inline void compress_sign_row(float* out, const float* pm, float scale) {
 #endif
 }
 
-/// sign_1bit<B> on n elements (a multiple of B; B a multiple of 8).
-inline void compress_encode_sign(const float* x, index_t n, index_t B, std::uint8_t* out) {
-  const index_t nb = n / B;
-  compress_for(nb, n, [&](index_t b) {
+/// sign_1bit<B> on n elements (a multiple of B; B a multiple of 8); with Residual, the residual in
+/// the same pass (see compress_int8_blocks).
+template <bool Residual>
+void compress_sign_blocks(const float* x, index_t n, index_t B, std::uint8_t* out, [[maybe_unused]] float* residual) {
+  const bool avx2 = compress_blocks_avx2(B);
+  compress_for(n / B, n, [&](index_t b) {
     const float* xb = x + b * B;
     std::uint8_t* ob = out + b * (4 + B / 8);
-    compress_store_scale(ob, compress_sign_scale_fn{}(compress_block_abssum(xb, B), B));
-    for (index_t k = 0; k < B / 8; ++k) ob[4 + k] = static_cast<std::uint8_t>(compress_sign_byte(xb + 8 * k));
-  });
-}
-/// compress_encode_sign, and the residual in the same pass (see compress_encode_int8_residual).
-inline void compress_encode_sign_residual(const float* x, index_t n, index_t B, std::uint8_t* out, float* residual) {
-  const index_t nb = n / B;
-  compress_for(nb, n, [&](index_t b) {
-    const float* xb = x + b * B;
-    float* rb = residual + b * B;
-    std::uint8_t* ob = out + b * (4 + B / 8);
+    float* rb = Residual ? residual + b * B : nullptr;
+#if TRAINKIT_COMPRESS_AVX2
+    if (avx2) return compress_sign_block_avx2<Residual>(xb, B, ob, rb);
+#endif
+    (void)avx2;
     const float scale = compress_sign_scale_fn{}(compress_block_abssum(xb, B), B);
     compress_store_scale(ob, scale);
-    const compress_sign_decode_fn dec{scale};
     for (index_t k = 0; k < B / 8; ++k) ob[4 + k] = static_cast<std::uint8_t>(compress_sign_byte(xb + 8 * k));
-    for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], dec(compress_sign_bit_fn{}(xb[i])));
+    if constexpr (Residual) {
+      const compress_sign_decode_fn dec{scale};
+      for (index_t i = 0; i < B; ++i) rb[i] = compress_residual_fn{}(xb[i], dec(compress_sign_bit_fn{}(xb[i])));
+    }
   });
+}
+inline void compress_encode_sign(const float* x, index_t n, index_t B, std::uint8_t* out) {
+  compress_sign_blocks<false>(x, n, B, out, nullptr);
+}
+inline void compress_encode_sign_residual(const float* x, index_t n, index_t B, std::uint8_t* out, float* residual) {
+  compress_sign_blocks<true>(x, n, B, out, residual);
 }
 inline void compress_decode_sign(const std::uint8_t* in, index_t n, index_t B, float* out) {
   const index_t nb = n / B;
