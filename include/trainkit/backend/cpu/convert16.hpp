@@ -208,6 +208,22 @@ __attribute__((target("avx2"))) inline __m256 bf16_widen_avx2(const std::uint16_
   return _mm256_castsi256_ps(
       _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(v))), 16));
 }
+/// f32_to_bf16_sse2 16 lanes at a time (one pack and one permute put the 16 results in order).
+__attribute__((target("avx2"))) inline void f32_to_bf16_avx2(const float* in, std::uint16_t* out, index_t n) {
+  index_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i a = _mm256_srai_epi32(bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(in + i))), 16);
+    const __m256i b = _mm256_srai_epi32(bf16_round_high_avx2(_mm256_castps_si256(_mm256_loadu_ps(in + i + 8))), 16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xd8));
+  }
+  f32_to_bf16_sse2(in + i, out + i, n - i);
+}
+/// bfloat16 -> float (exact: the bits move to a float's top 16), 8 at a time.
+__attribute__((target("avx2"))) inline void bf16_to_f32_avx2(const std::uint16_t* in, float* out, index_t n) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, bf16_widen_avx2(in + i));
+  for (; i < n; ++i) out[i] = static_cast<float>(bfloat16::from_bits(in[i]));
+}
 __attribute__((target("avx2"))) inline void round_keep_bf16_avx2(const float* x, float* out, std::uint16_t* keep,
                                                                   index_t n) {
   index_t i = 0;
@@ -277,10 +293,21 @@ __attribute__((target("avx2"))) inline void round_f32_bf16_avx2(const float* in,
 /// out[0, n) = in[0, n) rounded to bfloat16 (8 at a time where SSE2 is there).
 inline void round_to_bfloat16(const float* in, bfloat16* out, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (has_avx2()) return f32_to_bf16_avx2(in, reinterpret_cast<std::uint16_t*>(out), n);
+#endif
   f32_to_bf16_sse2(in, reinterpret_cast<std::uint16_t*>(out), n);
 #else
   for (index_t i = 0; i < n; ++i) out[i] = bfloat16(in[i]);
 #endif
+}
+
+/// out[0, n) = in[0, n) as float (exact; 8 at a time with AVX2).
+inline void widen_bfloat16(const bfloat16* in, float* out, index_t n) {
+#if TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
+  if (has_avx2()) return bf16_to_f32_avx2(reinterpret_cast<const std::uint16_t*>(in), out, n);
+#endif
+  for (index_t i = 0; i < n; ++i) out[i] = static_cast<float>(in[i]);
 }
 
 /// out[0, n) = in[0, n) rounded to bfloat16 values, kept as float (4 at a time where SSE2 is there).

@@ -288,7 +288,10 @@ struct norm<cpu> {
       thread_local std::vector<C> buffers[2];
       auto& b = buffers[slot];
       if (b.size() < std::size_t(s)) b.resize(std::size_t(s));
-      for (index_t j = 0; j < s; ++j) b[std::size_t(j)] = C(p[j]);
+      if constexpr (std::is_same_v<X, bfloat16> && std::is_same_v<C, float>)
+        cpu_convert::widen_bfloat16(p, b.data(), s);
+      else
+        for (index_t j = 0; j < s; ++j) b[std::size_t(j)] = C(p[j]);
       return b.data();
     }
   }
