@@ -37,26 +37,16 @@ struct norm<cpu> {
                                                                running_var, y, save_mean, save_invstd))
       return;
 #endif
-    const index_t m = n * s;
-    detail::parallel_for(c, m * 2, [&](index_t ch) {
-      // One pass: sums of d = x - k and d^2 with k the channel's first value, so the variance
-      // does not cancel catastrophically when |mean| >> std.
-      // Each image's plane is summed in the compute type (vectorised: float lanes), the planes in
-      // double: in double throughout it ran 2 lanes wide and was a sixth of a CNN step.
-      using C = compute_t<W>;
-      const C kc = m ? C(x[ch * s]) : C(0);
-      const double k = double(kc);
-      double sum = 0, sq = 0;
-      for (index_t i = 0; i < n; ++i) {
-        C ps = 0, pq = 0;
-        plane_moments(compute_row<C>(x + (i * c + ch) * s, s, 0), s, kc, ps, pq);
-        sum += double(ps);
-        sq += double(pq);
-      }
-      const auto [mean, invstd] = channel_statistics(ch, m, k, sum, sq, eps, momentum, running_mean, running_var,
-                                                     save_mean, save_invstd);
-      affine_channel(x, n, c, s, ch, weight, bias, mean, invstd, y);
-    });
+    // One pass of sums of d = x - k and d^2 with k the channel's first value, so the variance does
+    // not cancel catastrophically when |mean| >> std. Each plane is summed in the compute type
+    // (vectorised: float lanes), the planes in double: in double throughout it ran 2 lanes wide
+    // and was a sixth of a CNN step.
+    using C = compute_t<W>;
+    std::vector<C> shift(static_cast<std::size_t>(c));
+    for (index_t ch = 0; ch < c; ++ch) shift[std::size_t(ch)] = n > 0 && s > 0 ? C(x[ch * s]) : C(0);
+    train_planes(n, c, s, shift.data(), weight, bias, eps, momentum, running_mean, running_var, save_mean, save_invstd,
+                 [&](index_t p, C k, C& ps, C& pq) { plane_moments(compute_row<C>(x + p * s, s, 0), s, k, ps, pq); },
+                 [&](index_t p, double scale, double shift_) { affine_row(x + p * s, s, C(scale), C(shift_), y + p * s); });
   }
 
   /// Whether batch_norm_train_bf16_values is the route: float batch norm runs the built-in kernels
@@ -79,29 +69,56 @@ struct norm<cpu> {
                                            const float* bias, double eps, double momentum, float* running_mean,
                                            float* running_var, float* y, bfloat16* keep, S* save_mean,
                                            S* save_invstd) {
-    const index_t m = n * s;
-    detail::parallel_for(c, m * 2, [&](index_t ch) {
-      thread_local std::vector<float> buffer;
-      if (buffer.size() < std::size_t(s)) buffer.resize(std::size_t(s));
-      const float kc = m ? float(bfloat16(x[ch * s])) : 0.0f;
-      const double k = double(kc);
+    std::vector<float> shift(static_cast<std::size_t>(c));
+    for (index_t ch = 0; ch < c; ++ch) shift[std::size_t(ch)] = n > 0 && s > 0 ? float(bfloat16(x[ch * s])) : 0.0f;
+    train_planes(
+        n, c, s, shift.data(), weight, bias, eps, momentum, running_mean, running_var, save_mean, save_invstd,
+        [&](index_t p, float k, float& ps, float& pq) {
+          thread_local std::vector<float> buffer;
+          if (buffer.size() < std::size_t(s)) buffer.resize(std::size_t(s));
+          cpu_convert::round_keeping_bfloat16(x + p * s, buffer.data(), keep + p * s, s);
+          plane_moments(static_cast<const float*>(buffer.data()), s, k, ps, pq);
+        },
+        [&](index_t p, double scale, double shift_) {
+          cpu_convert::affine_rounded_to_bfloat16(keep + p * s, float(scale), float(shift_), y + p * s, s);
+        });
+  }
+
+  /// The passes of batch norm's training forward, plane by plane. A plane (image i, channel ch) is
+  /// s contiguous values and a channel's planes lie c * s apart, so both passes run over the
+  /// planes in memory order (a static split: each thread streams one run of images), not channel
+  /// by channel, whose short strided runs kept the loads waiting. Each plane's sums are taken on
+  /// their own and a channel's are added in double in image order, as channel by channel did:
+  /// the same bits.
+  ///   sums(p, k, ps, pq): the shifted sums of plane p into ps and pq (both 0), k its channel's shift
+  ///   row(p, scale, shift): plane p's y = x * scale + shift
+  template <class C, class W, class S, class Sums, class Row>
+  static void train_planes(index_t n, index_t c, index_t s, const C* shift, const W* weight, const W* bias,
+                           double eps, double momentum, W* running_mean, W* running_var, S* save_mean,
+                           S* save_invstd, Sums sums, Row row) {
+    const index_t planes = n * c, m = n * s;
+    std::vector<C> moments(static_cast<std::size_t>(2 * planes));
+    detail::parallel_for(planes, 2 * s, [&](index_t p) {
+      C ps = 0, pq = 0;
+      sums(p, shift[p % c], ps, pq);
+      moments[std::size_t(2 * p)] = ps;
+      moments[std::size_t(2 * p + 1)] = pq;
+    });
+    std::vector<double> affine(static_cast<std::size_t>(2 * c));
+    for (index_t ch = 0; ch < c; ++ch) {
       double sum = 0, sq = 0;
       for (index_t i = 0; i < n; ++i) {
-        const index_t off = (i * c + ch) * s;
-        cpu_convert::round_keeping_bfloat16(x + off, buffer.data(), keep + off, s);
-        float ps = 0, pq = 0;
-        plane_moments(static_cast<const float*>(buffer.data()), s, kc, ps, pq);
-        sum += double(ps);
-        sq += double(pq);
+        sum += double(moments[std::size_t(2 * (i * c + ch))]);
+        sq += double(moments[std::size_t(2 * (i * c + ch) + 1)]);
       }
-      const auto [mean, invstd] = channel_statistics(ch, m, k, sum, sq, eps, momentum, running_mean, running_var,
-                                                     save_mean, save_invstd);
+      const auto [mean, invstd] = channel_statistics(ch, m, double(shift[ch]), sum, sq, eps, momentum, running_mean,
+                                                     running_var, save_mean, save_invstd);
       const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
-      const double shift = (bias ? double(bias[ch]) : 0.0) - mean * scale;
-      for (index_t i = 0; i < n; ++i) {
-        const index_t off = (i * c + ch) * s;
-        cpu_convert::affine_rounded_to_bfloat16(keep + off, float(scale), float(shift), y + off, s);
-      }
+      affine[std::size_t(2 * ch)] = scale;
+      affine[std::size_t(2 * ch + 1)] = (bias ? double(bias[ch]) : 0.0) - mean * scale;
+    }
+    detail::parallel_for(planes, s, [&](index_t p) {
+      row(p, affine[std::size_t(2 * (p % c))], affine[std::size_t(2 * (p % c) + 1)]);
     });
   }
 
@@ -133,45 +150,55 @@ struct norm<cpu> {
           onednn_batch_norm_backward(g, x, n, c, s, weight, save_mean, save_invstd, training, dx, dweight, dbias))
         return;
 #endif
-    const index_t m = n * s;
-    detail::parallel_for(c, m * 3, [&](index_t ch) {
+    // Plane by plane in memory order, as the forward (train_planes): each plane's sums in the compute
+    // type (vectorised), a channel's planes added in double in image order, then dx plane by plane.
+    using C = compute_t<W>;
+    const index_t m = n * s, planes = n * c;
+    std::vector<C> sums(static_cast<std::size_t>(2 * planes));
+    detail::parallel_for(planes, 2 * s, [&](index_t p) {
+      C pg = 0, pgx = 0;
+      plane_gradient_sums(compute_row<C>(g + p * s, s, 0), compute_row<C>(x + p * s, s, 1), s,
+                          C(double(save_mean[p % c])), pg, pgx);
+      sums[std::size_t(2 * p)] = pg;
+      sums[std::size_t(2 * p + 1)] = pgx;
+    });
+    // dx = a * g + b * x + k: eval is a plain scale; training subtracts the gradient's mean and
+    // its projection on x_hat (the batch statistics depend on x).
+    std::vector<C> coefficients(static_cast<std::size_t>(3 * c));
+    for (index_t ch = 0; ch < c; ++ch) {
       const double mean = double(save_mean[ch]), invstd = double(save_invstd[ch]);
-      using C = compute_t<W>;
-      const C cmean = C(mean);
-      // Per plane in the compute type (vectorised), across planes in double, as in the forward.
       double sum_g = 0, sum_gx = 0;
       for (index_t i = 0; i < n; ++i) {
-        C pg = 0, pgx = 0;
-        plane_gradient_sums(compute_row<C>(g + (i * c + ch) * s, s, 0), compute_row<C>(x + (i * c + ch) * s, s, 1), s,
-                            cmean, pg, pgx);
-        sum_g += double(pg);
-        sum_gx += double(pgx);
+        sum_g += double(sums[std::size_t(2 * (i * c + ch))]);
+        sum_gx += double(sums[std::size_t(2 * (i * c + ch) + 1)]);
       }
       if (dbias) dbias[ch] = W(sum_g);
       if (dweight) dweight[ch] = W(sum_gx * invstd);
-      if (!dx) return;
-      // dx = a * g + b * x + k: eval is a plain scale; training subtracts the gradient's mean
-      // and its projection on x_hat (the batch statistics depend on x).
       const double a = (weight ? double(weight[ch]) : 1.0) * invstd;
       double b = 0, k = 0;
       if (training && m > 0) {
         b = -a * invstd * invstd * sum_gx / double(m);
         k = -a * sum_g / double(m) - b * mean;
       }
-      const C ca = C(a), cb = C(b), ck = C(k);
-      for (index_t i = 0; i < n; ++i) {
-        const index_t off = (i * c + ch) * s;
-        if constexpr (std::is_same_v<G, float> && std::is_same_v<X, bfloat16>)
-          if (round_dx_to_bf16) {  // the widened bf16 route: x and the rounding in one pass
-            cpu_convert::bn_gradient_rounded_to_bfloat16(g + off, x + off, ca, cb, ck, dx + off, s);
-            continue;
-          }
-        // Both rows as C (bf16 ones widened in bulk into the thread's buffers: inline, the
-        // widening kept the loop from vectorising).
-        const C* gp = compute_row<C>(g + off, s, 0);
-        const C* xp = compute_row<C>(x + off, s, 1);
-        store_row(dx + off, s, [&](index_t j) { return ca * gp[j] + cb * xp[j] + ck; });
-      }
+      coefficients[std::size_t(3 * ch)] = C(a);
+      coefficients[std::size_t(3 * ch + 1)] = C(b);
+      coefficients[std::size_t(3 * ch + 2)] = C(k);
+    }
+    if (!dx) return;
+    detail::parallel_for(planes, s, [&](index_t p) {
+      const C* coef = coefficients.data() + 3 * (p % c);
+      const C ca = coef[0], cb = coef[1], ck = coef[2];
+      const index_t off = p * s;
+      if constexpr (std::is_same_v<G, float> && std::is_same_v<X, bfloat16>)
+        if (round_dx_to_bf16) {  // the widened bf16 route: x and the rounding in one pass
+          cpu_convert::bn_gradient_rounded_to_bfloat16(g + off, x + off, ca, cb, ck, dx + off, s);
+          return;
+        }
+      // Both rows as C (bf16 ones widened in bulk into the thread's buffers: inline, the widening
+      // kept the loop from vectorising).
+      const C* gp = compute_row<C>(g + off, s, 0);
+      const C* xp = compute_row<C>(x + off, s, 1);
+      store_row(dx + off, s, [&](index_t j) { return ca * gp[j] + cb * xp[j] + ck; });
     });
   }
 
@@ -376,11 +403,13 @@ struct norm<cpu> {
     using C = compute_t<W>;
     const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
     const double shift = (bias ? double(bias[ch]) : 0.0) - mean * scale;
-    const C cs = C(scale), ct = C(shift);
-    for (index_t i = 0; i < n; ++i) {
-      const X* p = x + (i * c + ch) * s;
-      store_row(y + (i * c + ch) * s, s, [&](index_t j) { return C(p[j]) * cs + ct; });
-    }
+    for (index_t i = 0; i < n; ++i)
+      affine_row(x + (i * c + ch) * s, s, C(scale), C(shift), y + (i * c + ch) * s);
+  }
+  /// y[j] = x[j] * scale + shift over one plane.
+  template <class X, class C>
+  static void affine_row(const X* x, index_t s, C scale, C shift, X* y) {
+    store_row(y, s, [&](index_t j) { return C(x[j]) * scale + shift; });
   }
 };
 
