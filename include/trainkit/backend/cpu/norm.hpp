@@ -106,11 +106,7 @@ struct norm<cpu> {
     });
     std::vector<double> affine(static_cast<std::size_t>(2 * c));
     for (index_t ch = 0; ch < c; ++ch) {
-      double sum = 0, sq = 0;
-      for (index_t i = 0; i < n; ++i) {
-        sum += double(moments[std::size_t(2 * (i * c + ch))]);
-        sq += double(moments[std::size_t(2 * (i * c + ch) + 1)]);
-      }
+      const auto [sum, sq] = channel_sums(moments.data(), n, c, ch);
       const auto [mean, invstd] = channel_statistics(ch, m, double(shift[ch]), sum, sq, eps, momentum, running_mean,
                                                      running_var, save_mean, save_invstd);
       const double scale = invstd * (weight ? double(weight[ch]) : 1.0);
@@ -167,11 +163,7 @@ struct norm<cpu> {
     std::vector<C> coefficients(static_cast<std::size_t>(3 * c));
     for (index_t ch = 0; ch < c; ++ch) {
       const double mean = double(save_mean[ch]), invstd = double(save_invstd[ch]);
-      double sum_g = 0, sum_gx = 0;
-      for (index_t i = 0; i < n; ++i) {
-        sum_g += double(sums[std::size_t(2 * (i * c + ch))]);
-        sum_gx += double(sums[std::size_t(2 * (i * c + ch) + 1)]);
-      }
+      const auto [sum_g, sum_gx] = channel_sums(sums.data(), n, c, ch);
       if (dbias) dbias[ch] = W(sum_g);
       if (dweight) dweight[ch] = W(sum_gx * invstd);
       const double a = (weight ? double(weight[ch]) : 1.0) * invstd;
@@ -373,6 +365,18 @@ struct norm<cpu> {
 #endif
       for (index_t j = 0; j < s; ++j) q[j] = Y(v(j));
     }
+  }
+
+  /// Channel ch's two sums from the per-plane pairs (plane i * c + ch at 2 (i * c + ch)), added in
+  /// double in image order.
+  template <class C>
+  static std::pair<double, double> channel_sums(const C* planes, index_t n, index_t c, index_t ch) {
+    double a = 0, b = 0;
+    for (index_t i = 0; i < n; ++i) {
+      a += double(planes[2 * (i * c + ch)]);
+      b += double(planes[2 * (i * c + ch) + 1]);
+    }
+    return {a, b};
   }
 
   /// A channel's statistics from its m values' shifted sums (sum of x - k and of (x - k)^2): saves

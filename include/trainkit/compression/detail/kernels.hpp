@@ -221,9 +221,6 @@ inline float compress_block_abssum(const float* x, index_t B) {
 }
 
 #if TRAINKIT_COMPRESS_AVX2
-/// This CPU has AVX2 and the ISA limit (TRAINKIT_MAX_CPU_ISA) allows it.
-inline bool compress_has_avx2() noexcept { return backend::cpu_features::current().avx2; }
-
 /// compress_block_absmax on 8 lanes (B a multiple of 8): the same integer maximum.
 __attribute__((target("avx2"))) inline float compress_block_absmax_avx2(const float* x, index_t B, bool& finite) {
   const __m256i magnitude = _mm256_set1_epi32(0x7fffffff);
@@ -340,10 +337,11 @@ __attribute__((target("avx2"))) inline void compress_sign_block_avx2(const float
 }
 #endif
 
-/// Whether the loops over blocks of B take the AVX2 forms: B a multiple of 8 and the CPU has it.
+/// Whether the loops over blocks of B take the AVX2 forms: B a multiple of 8 and the CPU has AVX2
+/// within the ISA limit (TRAINKIT_MAX_CPU_ISA).
 inline bool compress_blocks_avx2([[maybe_unused]] index_t B) {
 #if TRAINKIT_COMPRESS_AVX2
-  return B % 8 == 0 && compress_has_avx2();
+  return B % 8 == 0 && backend::cpu_features::current().avx2;
 #else
   return false;
 #endif
