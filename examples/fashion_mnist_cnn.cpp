@@ -181,6 +181,7 @@ int train(const example::flags& f, const tk::checkpoint::recompute_choice& recom
   }
   run.finish();
   // Bit-exact resume shows here: an interrupted and resumed run prints the same digest.
+  if (const std::string w = example::wait_line(); !w.empty()) std::printf("%s\n", w.c_str());
   std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return 0;
 }

@@ -264,6 +264,8 @@ bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   }
   run.finish();
   ddp.sync_buffers();
+  if (on_cpu)
+    if (const std::string w = example::wait_line(); !w.empty()) say("%s (rank 0)\n", w.c_str());
   say("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return false;
 }

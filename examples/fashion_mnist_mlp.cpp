@@ -144,6 +144,7 @@ int train(const example::flags& f, Recompute recompute) {
   }
   run.finish();
   // Bit-exact resume shows here: an interrupted and resumed run prints the same digest.
+  if (const std::string w = example::wait_line(); !w.empty()) std::printf("%s\n", w.c_str());
   std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return 0;
 }

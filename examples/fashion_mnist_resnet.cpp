@@ -167,6 +167,7 @@ int train(const example::flags& f, Recompute recompute) {
     std::fflush(stdout);
   }
   run.finish();
+  if (const std::string w = example::wait_line(); !w.empty()) std::printf("%s\n", w.c_str());
   std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(*model));
   return 0;
 }

@@ -155,16 +155,32 @@ using run_monitor = trainkit::monitor::basic_run_monitor<>;
 inline constexpr int exit_restart = 75;
 
 /// One start-up line: the threads each process runs and where that number came from
-/// (TRAINKIT_THREAD_DEFAULTS() in each example's main file; trainkit/core/threads.hpp).
+/// (TRAINKIT_THREAD_DEFAULTS() in each example's main file; trainkit/core/threads.hpp), and what
+/// decides how long idle workers spin (trainkit/core/wait_governor.hpp).
 inline std::string threads_line() {
   const trainkit::thread_settings t = trainkit::thread_defaults();
+  const trainkit::wait_status w = trainkit::wait_policy();
   std::ostringstream s;
   s << "threads: " << (t.threads > 0 ? std::to_string(t.threads) : std::string("runtime default")) << " per process";
   if (t.threads_set_here)
     s << " (" << t.cores << " cores / " << t.local_ranks << " local rank" << (t.local_ranks > 1 ? "s" : "") << ")";
   else if (t.threads > 0)
     s << " (OMP_NUM_THREADS)";
-  s << ", " << (t.passive ? "passive" : "spinning") << " wait";
+  s << ", wait: " << trainkit::to_string(w.mode);
+  if (w.mode == trainkit::wait_mode::adaptive)
+    s << " (spin; sleep while " << w.reason << " shows the CPUs contended)";
+  else if (!w.reason.empty())
+    s << " (" << w.reason << ")";
+  return s.str();
+}
+
+/// One closing line, where the wait governor is adaptive: how much of the run it throttled.
+inline std::string wait_line() {
+  const trainkit::wait_status w = trainkit::wait_policy();
+  if (w.mode != trainkit::wait_mode::adaptive) return {};
+  std::ostringstream s;
+  s << "wait: slept in " << w.sleeping_windows << " of " << w.windows << " windows of 100 ms (CPU pressure), "
+    << w.switches << " switch" << (w.switches == 1 ? "" : "es");
   return s.str();
 }
 

@@ -68,6 +68,7 @@ void compress_for_tiles(index_t tiles, index_t tile, Body body, Poll poll) {
   };
 #if TRAINKIT_HAS_OPENMP
   if (tiles > 1 && tiles * tile >= compress_parallel_threshold) {
+    ::trainkit::detail::start_wait_governor();
 #pragma omp parallel
     {
       const auto [a, b] = scratch();

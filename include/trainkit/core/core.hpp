@@ -19,3 +19,4 @@
 #include "trainkit/core/storage.hpp"
 #include "trainkit/core/tensor.hpp"
 #include "trainkit/core/threads.hpp"
+#include "trainkit/core/wait_governor.hpp"

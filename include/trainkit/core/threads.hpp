@@ -1,15 +1,13 @@
-// trainkit/core/threads.hpp - thread defaults that behave when cores are shared.
+// trainkit/core/threads.hpp - how many threads each process runs when cores are shared.
 //
-// The OpenMP runtime (libgomp) and OpenBLAS read OMP_NUM_THREADS and OMP_WAIT_POLICY once, while
-// the program loads, before main() and before any constructor of the program's own code. Their
-// defaults hurt exactly the users trainkit is for: one thread per core in every process (so two
-// ranks on a node each start all cores' worth of threads), and workers that spin for a while after
-// every parallel region (so a process next to a busy one burns the cores the other needs;
-// benchmarks/README.md, "Shared cores", has the figures).
+// The OpenMP runtime (libgomp) and OpenBLAS read OMP_NUM_THREADS once, while the program loads,
+// before main() and before any constructor of the program's own code. Their default hurts the
+// users trainkit is for: one thread per core in every process, so two ranks on a node each start
+// all cores' worth of threads. (How long idle workers spin is decided while the program runs, with
+// or without anything here: trainkit/core/wait_governor.hpp.)
 //
 // TRAINKIT_THREAD_DEFAULTS(), written once at namespace scope in the file that holds main(),
 // adds to the environment what the user has not set:
-//   OMP_WAIT_POLICY=passive     idle workers sleep at once instead of spinning
 //   OMP_NUM_THREADS=<n>         n = max(1, cores / local ranks): cores from this process's affinity
 //                               mask (mpirun / srun binding included), local ranks from the
 //                               launcher (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS,
@@ -17,15 +15,15 @@
 // Those runtimes read the environment before any code of the program runs, and glibc installs the
 // environment only after the earliest hook a program has (its .preinit_array, which the dynamic
 // loader runs before every shared library's constructors), where setenv() does not last. So the
-// hook re-executes the program (/proc/self/exe, same pid, same arguments) with the two variables
+// hook re-executes the program (/proc/self/exe, same pid, same arguments) with the variable
 // added - once, before main(), before MPI or anything else has started; a marker variable
-// (TRAINKIT_THREAD_DEFAULTS_SET) stops a second round and records what was added. Variables the
-// user sets win and cost no re-execution; TRAINKIT_THREAD_DEFAULTS=0 leaves everything alone.
+// (TRAINKIT_THREAD_DEFAULTS_SET) stops a second round and records what was added. A variable the
+// user sets wins and costs no re-execution; TRAINKIT_THREAD_DEFAULTS=0 leaves everything alone.
 // thread_defaults() says what is in effect, for a start-up line.
 //
 // Kernels too small to split already run serially (each CPU kernel family's grain: the elementwise
-// loops below 32768 elements, GEMMs below 2^20 multiply-adds, ...), so passive waiting costs a
-// wake-up only where the work pays for it.
+// loops below 32768 elements, GEMMs below 2^20 multiply-adds, ...), so a region's wake-up is paid
+// only where the work pays for it.
 #pragma once
 
 #include <cstdio>   // std::snprintf
@@ -45,9 +43,8 @@ struct thread_settings {
   int cores = 0;                 ///< CPUs in this process's affinity mask
   int local_ranks = 1;           ///< processes of this job on this host, per the launcher
   int threads = 0;               ///< OMP_NUM_THREADS (0: unset or not a plain number)
-  bool passive = false;          ///< OMP_WAIT_POLICY is passive
+  bool passive = false;          ///< the user set OMP_WAIT_POLICY=passive
   bool threads_set_here = false; ///< OMP_NUM_THREADS was added by TRAINKIT_THREAD_DEFAULTS()
-  bool passive_set_here = false; ///< OMP_WAIT_POLICY was added by TRAINKIT_THREAD_DEFAULTS()
 };
 
 namespace detail {
@@ -100,26 +97,20 @@ inline void thread_defaults_preinit(int /*argc*/, char** argv, char** envp) noex
   const char* off = env_lookup(envp, "TRAINKIT_THREAD_DEFAULTS");
   if (off != nullptr && off[0] == '0' && off[1] == '\0') return;
   if (env_lookup(envp, "TRAINKIT_THREAD_DEFAULTS_SET") != nullptr) return;  // the second round
-  const bool add_policy = !env_set(envp, "OMP_WAIT_POLICY");
-  const bool add_threads = !env_set(envp, "OMP_NUM_THREADS");
-  if (!add_policy && !add_threads) return;
+  if (env_set(envp, "OMP_NUM_THREADS")) return;
 
   static char threads_var[48];
-  static char marker_var[64];
+  static char marker_var[] = "TRAINKIT_THREAD_DEFAULTS_SET=OMP_NUM_THREADS";
   const int cores = affinity_cores(), local = launcher_local_ranks(envp);
   std::snprintf(threads_var, sizeof threads_var, "OMP_NUM_THREADS=%d", cores / local > 1 ? cores / local : 1);
-  std::snprintf(marker_var, sizeof marker_var, "TRAINKIT_THREAD_DEFAULTS_SET=%s%s%s", add_policy ? "OMP_WAIT_POLICY" : "",
-                add_policy && add_threads ? "," : "", add_threads ? "OMP_NUM_THREADS" : "");
   constexpr int capacity = 4096;
   static char* env[capacity];
   int n = 0;
   for (char** e = envp; *e != nullptr; ++e) {
-    if (n >= capacity - 4) return;  // an environment this large: leave it alone
+    if (n >= capacity - 3) return;  // an environment this large: leave it alone
     env[n++] = *e;
   }
-  static char policy_var[] = "OMP_WAIT_POLICY=passive";
-  if (add_policy) env[n++] = policy_var;
-  if (add_threads) env[n++] = threads_var;
+  env[n++] = threads_var;
   env[n++] = marker_var;
   env[n] = nullptr;
   ::execve("/proc/self/exe", argv, env);
@@ -136,18 +127,16 @@ inline thread_settings thread_defaults() noexcept {
   s.threads = detail::positive_int(std::getenv("OMP_NUM_THREADS"));
   const char* policy = std::getenv("OMP_WAIT_POLICY");
   s.passive = policy != nullptr && (policy[0] == 'p' || policy[0] == 'P');
-  if (const char* set = std::getenv("TRAINKIT_THREAD_DEFAULTS_SET")) {
-    s.passive_set_here = std::strstr(set, "OMP_WAIT_POLICY") != nullptr;
+  if (const char* set = std::getenv("TRAINKIT_THREAD_DEFAULTS_SET"))
     s.threads_set_here = std::strstr(set, "OMP_NUM_THREADS") != nullptr;
-  }
   return s;
 }
 
 }  // namespace trainkit
 
 /// Once, at namespace scope, in the file that holds main() of an executable (a shared library
-/// may not have a .preinit_array): OMP_WAIT_POLICY=passive and OMP_NUM_THREADS=cores/local ranks
-/// where the environment does not set them, before the OpenMP runtime and OpenBLAS read it.
+/// may not have a .preinit_array): OMP_NUM_THREADS=cores/local ranks where the environment does
+/// not set it, before the OpenMP runtime and OpenBLAS read it.
 #define TRAINKIT_THREAD_DEFAULTS()                                                             \
   [[gnu::used, gnu::section(".preinit_array")]] static void (*const trainkit_thread_defaults_entry)( \
       int, char**, char**) = &::trainkit::detail::thread_defaults_preinit

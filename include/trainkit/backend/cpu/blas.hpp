@@ -17,6 +17,7 @@
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/dtype.hpp"
 #include "trainkit/core/error.hpp"
+#include "trainkit/core/wait_governor.hpp"  // start_wait_governor
 
 namespace trainkit::backend {
 
@@ -109,6 +110,7 @@ struct blas<cpu> {
   static void gemm(bool trans_a, bool trans_b, index_t m, index_t n, index_t k, double alpha, const T* a,
                    index_t lda, const T* b, index_t ldb, double beta, T* c, index_t ldc) {
     if (m == 0 || n == 0) return;
+    ::trainkit::detail::start_wait_governor();
 #if TRAINKIT_HAS_ONEDNN
     if constexpr (!std::is_same_v<T, double>) {
       const gemm_choice route = route_of<T>(m, n, k);

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "trainkit/backend/cpu/onednn_route.hpp"  // TRAINKIT_HAS_ONEDNN, get_cpu_conv_route
+#include "trainkit/core/wait_governor.hpp"  // start_wait_governor
 
 #if TRAINKIT_HAS_ONEDNN
 #include <dnnl.hpp>
@@ -55,7 +56,9 @@ class onednn_context {
   dnnl::engine& engine() { return engine_; }
 
  private:
-  onednn_context() : engine_((hand_over_isa_limit(), dnnl::engine(dnnl::engine::kind::cpu, 0))) {}
+  onednn_context() : engine_((hand_over_isa_limit(), dnnl::engine(dnnl::engine::kind::cpu, 0))) {
+    ::trainkit::detail::start_wait_governor();
+  }
 
   /// TRAINKIT_MAX_CPU_ISA limits oneDNN too (its own ONEDNN_MAX_CPU_ISA it reads itself). Before the
   /// first primitive: oneDNN fixes its ISA then.

@@ -4,6 +4,7 @@
 
 #include "trainkit/config.hpp"
 #include "trainkit/core/shape.hpp"  // index_t
+#include "trainkit/core/wait_governor.hpp"  // start_wait_governor
 
 namespace trainkit::backend {
 
@@ -12,7 +13,7 @@ namespace detail {
 template <class F>
 void parallel_for(index_t n, index_t cost, F&& f) {
   const bool big = n > 1 && n * cost >= 32768;
-  (void)big;
+  if (big) ::trainkit::detail::start_wait_governor();
 #if TRAINKIT_HAS_OPENMP
 #pragma omp parallel for schedule(static) if (big)
 #endif

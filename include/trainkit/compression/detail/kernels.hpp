@@ -20,6 +20,7 @@
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/core/half.hpp"   // trainkit::detail::bit_cast (host and device)
 #include "trainkit/core/shape.hpp"  // index_t
+#include "trainkit/core/wait_governor.hpp"  // start_wait_governor
 
 // The int8 and 1-bit host loops take AVX2 where the CPU has it (8 lanes; the same operations in
 // the same order as the portable loops, so the same bytes and residuals), chosen at run time.
@@ -165,6 +166,7 @@ template <class Body>
 void compress_for(index_t n, [[maybe_unused]] index_t work, Body body) {
 #if TRAINKIT_HAS_OPENMP
   if (work >= compress_parallel_threshold) {
+    ::trainkit::detail::start_wait_governor();
 #pragma omp parallel for schedule(static)
     for (index_t i = 0; i < n; ++i) body(i);
     return;
