@@ -12,6 +12,9 @@ own fp32 step (issue goals: bf16 >= 1.5x trainkit's fp32 and <= 1.0x PyTorch's b
 --rounds N repeats the whole comparison N times (interleaved) and prints each ratio's median and
 range: the machines are noisy. Needs `pip install torch` and a build with benchmarks
 (bench_train_step, bench_gemm). The first line names the CPU (model and flags).
+With --attention it times scaled_dot_product_attention forward + backward instead (bench_attention:
+fp32, [4, 8, T, 64], T = 256 and 1024, causal and not) against
+torch.nn.functional.scaled_dot_product_attention on the same shapes (issue goal: <= 1.0x).
 """
 import argparse
 import json
@@ -174,6 +177,56 @@ def print_precision(rounds, threads):
         print(f"{model:<8}" + "".join(f"{c:>22}" for c in cells))
 
 
+def torch_attention(threads, reps=3, min_time=1.0):
+    """Seconds per forward + backward of torch's scaled_dot_product_attention, fp32, per (T, causal)."""
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    out = {}
+    for t in (256, 1024):
+        for causal in (0, 1):
+            g = torch.Generator().manual_seed(7)
+            q, k, v, go = (torch.randn(4, 8, t, 64, generator=g) for _ in range(4))
+            q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+
+            def step():
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                o.backward(go)
+                q.grad = k.grad = v.grad = None
+            for _ in range(3):
+                step()
+            best = []
+            for _ in range(reps):
+                n, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < min_time:
+                    step()
+                    n += 1
+                best.append((time.perf_counter() - t0) / n)
+            out[(t, causal)] = sorted(best)[len(best) // 2]
+    return out
+
+
+def attention_round(bench, threads):
+    tk = run_bench(os.path.join(bench, "bench_attention"), "bm_sdpa/", threads)
+    pt = torch_attention(threads)
+    return {f"T={t} {'causal' if c else 'full'}": (tk[f"bm_sdpa/{t}/{c}"] * 1e3, pt[(t, c)] * 1e3,
+                                                    tk[f"bm_sdpa/{t}/{c}"] / pt[(t, c)])
+            for (t, c) in sorted(pt)}
+
+
+def print_attention(rounds, threads):
+    print(f"threads: {threads}  rounds: {len(rounds)}; scaled_dot_product_attention fp32 forward + backward, "
+          f"[4, 8, T, 64]; median (min-max) over the rounds")
+    print(f"{'':<16}{'trainkit ms':>22}{'pytorch ms':>22}{'tk/pt':>22}")
+    for key in rounds[0]:
+        cells = []
+        for i in range(3):
+            v = sorted(r[key][i] for r in rounds)
+            med = v[len(v) // 2]
+            cells.append(f"{med:.2f} ({v[0]:.2f}-{v[-1]:.2f})" if len(v) > 1 else f"{med:.2f}")
+        print(f"{key:<16}" + "".join(f"{c:>22}" for c in cells))
+
+
 def cpu_line():
     """The CPU's model and the flags the kernels choose by, as the C++ benchmarks print them."""
     model, flags = "unknown", []
@@ -198,9 +251,13 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", action="store_true", help="fp32/bf16/fp16 train_step rows against autocast")
+    ap.add_argument("--attention", action="store_true", help="scaled_dot_product_attention against torch's")
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     bench = os.path.join(a.build, "benchmarks")
+    if a.attention:
+        print_attention([attention_round(bench, a.threads) for _ in range(a.rounds)], a.threads)
+        return 0
     if a.precision:
         rounds = [precision_round(bench, a.threads) for _ in range(a.rounds)]
         print_precision(rounds, a.threads)

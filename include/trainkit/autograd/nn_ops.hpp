@@ -1,7 +1,8 @@
 // trainkit/autograd/nn_ops.hpp - umbrella of the neural-network ops: linear, convolution,
-// pooling, normalisation, dropout, embedding, softmax and the losses.
+// pooling, normalisation, dropout, embedding, softmax, attention and the losses.
 #pragma once
 
+#include "trainkit/autograd/ops/attention.hpp"  // scaled_dot_product_attention, attention_options
 #include "trainkit/autograd/ops/conv.hpp"       // conv2d, conv2d_options
 #include "trainkit/autograd/ops/dropout.hpp"    // dropout, dropout_mask
 #include "trainkit/autograd/ops/embedding.hpp"  // embedding

@@ -10,3 +10,4 @@
 #include "trainkit/backend/cpu/norm.hpp"         // batch norm, layer norm
 #include "trainkit/backend/cpu/softmax.hpp"      // softmax, log_softmax
 #include "trainkit/backend/cpu/pool.hpp"         // max/avg pooling
+#include "trainkit/backend/cpu/attention.hpp"    // fused scaled dot-product attention

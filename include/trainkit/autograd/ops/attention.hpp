@@ -1,0 +1,143 @@
+// trainkit/autograd/ops/attention.hpp - scaled_dot_product_attention with PyTorch's semantics,
+// fused (backend::attention: tiles and an online softmax, never a T x T matrix).
+//
+//   out = softmax(q k^T * scale + mask) v        q [B, H, Tq, d], k [B, H, Tk, d], v [B, H, Tk, dv]
+//
+// Saved for backward: q, k, v, the output and one log-sum-exp per query row - O(B H T d) memory.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <string_view>
+#include <type_traits>
+
+#include "trainkit/autograd/function.hpp"
+#include "trainkit/backend/attention.hpp"
+#include "trainkit/core/error.hpp"
+
+namespace trainkit::autograd {
+
+/// The options of torch.nn.functional.scaled_dot_product_attention.
+template <class T, class D>
+struct attention_options {
+  /// Added to the scores; broadcastable to [B, H, Tq, Tk] (-inf hides a key). Undefined: none.
+  tensor<T, D> attn_mask{};
+  /// torch's boolean attn_mask: true where a query may attend a key. Undefined: none.
+  tensor<bool, D> attn_bool_mask{};
+  /// Query i sees keys j <= i (top-left aligned); no mask may be given with it (as torch).
+  bool is_causal = false;
+  /// Dropout on the attention probabilities: not yet (0 only).
+  double dropout_p = 0;
+  /// Multiplies q k^T; default 1 / sqrt(d).
+  std::optional<double> scale{};
+};
+
+namespace detail {
+/// The checked problem of q, k, v and the options; the mask, expanded to [B, H, Tq, Tk] (a view).
+template <class T, class D>
+backend::attention_problem attention_problem_of(const tensor<T, D>& q, const tensor<T, D>& k, const tensor<T, D>& v,
+                                                const attention_options<T, D>& o) {
+  constexpr const char* op = "scaled_dot_product_attention";
+  TRAINKIT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, shape_error, op,
+                 "q, k and v must be [batch, heads, tokens, features]; got q " << to_string(q.sizes()) << ", k "
+                                                                               << to_string(k.sizes()) << ", v "
+                                                                               << to_string(v.sizes()));
+  TRAINKIT_CHECK(q.size(0) == k.size(0) && k.size(0) == v.size(0) && q.size(1) == k.size(1) && k.size(1) == v.size(1),
+                 shape_error, op,
+                 "q, k and v must share batch and heads; got q " << to_string(q.sizes()) << ", k " << to_string(k.sizes())
+                                                                 << ", v " << to_string(v.sizes()));
+  TRAINKIT_CHECK(q.size(3) == k.size(3), shape_error, op,
+                 "q and k must have the same feature size; got q " << to_string(q.sizes()) << ", k "
+                                                                  << to_string(k.sizes()));
+  TRAINKIT_CHECK(k.size(2) == v.size(2), shape_error, op,
+                 "k and v must have the same number of tokens; got k " << to_string(k.sizes()) << ", v "
+                                                                       << to_string(v.sizes()));
+  TRAINKIT_CHECK(!(o.is_causal && (o.attn_mask.defined() || o.attn_bool_mask.defined())), usage_error, op,
+                 "is_causal and an explicit attn_mask cannot both be given");
+  TRAINKIT_CHECK(!(o.attn_mask.defined() && o.attn_bool_mask.defined()), usage_error, op,
+                 "give attn_mask (additive) or attn_bool_mask, not both");
+  TRAINKIT_CHECK(o.dropout_p == 0, usage_error, op,
+                 "dropout_p = " << o.dropout_p << ": dropout inside the fused attention is not supported yet");
+  TRAINKIT_CHECK(!o.scale || std::isfinite(*o.scale), usage_error, op, "scale must be finite, got " << *o.scale);
+  backend::attention_problem p;
+  p.batch = q.size(0), p.heads = q.size(1), p.tq = q.size(2), p.tk = k.size(2), p.d = q.size(3), p.dv = v.size(3);
+  p.scale = o.scale ? *o.scale : 1.0 / std::sqrt(double(p.d > 0 ? p.d : 1));
+  p.causal = o.is_causal;
+  return p;
+}
+
+/// The additive mask as [B, H, Tq, Tk] (a broadcast view; a boolean one turned into 0 / -inf).
+template <class T, class D>
+tensor<T, D> attention_additive_mask(const backend::attention_problem& p, const attention_options<T, D>& o) {
+  const shape full{p.batch, p.heads, p.tq, p.tk};
+  auto check = [&](const shape& s) {
+    bool ok = s.size() <= 4;
+    for (std::size_t i = 0; ok && i < s.size(); ++i) {
+      const index_t want = full[4 - s.size() + i];
+      ok = s[i] == want || s[i] == 1;
+    }
+    TRAINKIT_CHECK(ok, shape_error, "scaled_dot_product_attention",
+                   "attn_mask " << to_string(s) << " does not broadcast to [batch, heads, Tq, Tk] = " << to_string(full));
+  };
+  if (o.attn_mask.defined()) {
+    check(o.attn_mask.sizes());
+    return o.attn_mask.expand(full);
+  }
+  if (o.attn_bool_mask.defined()) {
+    check(o.attn_bool_mask.sizes());
+    static_assert(std::is_same_v<D, cpu>, "boolean attention masks: CPU only so far");
+    const tensor<bool, D> b = o.attn_bool_mask.contiguous();
+    auto m = tensor<T, D>::empty(b.sizes());
+    const bool* src = b.data();
+    T* dst = m.data();
+    for (index_t i = 0, n = b.numel(); i < n; ++i) dst[i] = src[i] ? T(0) : -std::numeric_limits<T>::infinity();
+    return m.expand(full);
+  }
+  return {};
+}
+
+template <class T, class D>
+backend::attention_mask<T> attention_mask_view(const tensor<T, D>& m) {
+  if (!m.defined()) return {};
+  return {m.data(), m.stride(0), m.stride(1), m.stride(2), m.stride(3)};
+}
+}  // namespace detail
+
+namespace ops {
+template <class T, class D>
+struct scaled_dot_product_attention {
+  static constexpr std::string_view name = "scaled_dot_product_attention";
+  tensor<T, D> q, k, v, out, lse, mask;  // dense q, k, v, out; lse [B, H, Tq]; mask a view or undefined
+  backend::attention_problem p;
+  std::array<tensor<T, D>, 3> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
+    const tensor<T, D> g = grad.contiguous();
+    auto dq = tensor<T, D>::empty(q.sizes()), dk = tensor<T, D>::empty(k.sizes()), dv = tensor<T, D>::empty(v.sizes());
+    backend::attention<D>::backward(p, q.data(), k.data(), v.data(), detail::attention_mask_view(mask), out.data(),
+                                    lse.data(), g.data(), dq.data(), dk.data(), dv.data());
+    return {dq, dk, dv};
+  }
+};
+}  // namespace ops
+
+/// torch.nn.functional.scaled_dot_product_attention on [B, H, T, d] inputs: fused on the CPU
+/// (float, double). Rows that every key is masked from give 0 (and no gradient), as torch's fused
+/// kernels do.
+template <class T, class D>
+var<T, D> scaled_dot_product_attention(const var<T, D>& q, const var<T, D>& k, const var<T, D>& v,
+                                       const attention_options<T, D>& o = {}) {
+  static_assert(std::is_same_v<D, cpu>, "scaled_dot_product_attention: CPU only so far (fused CUDA attention: issue 29)");
+  static_assert(std::is_floating_point_v<T>, "scaled_dot_product_attention: float or double");
+  const backend::attention_problem p = detail::attention_problem_of(q.value(), k.value(), v.value(), o);
+  const tensor<T, D> mask = detail::attention_additive_mask(p, o);
+  const tensor<T, D> qc = q.value().contiguous(), kc = k.value().contiguous(), vc = v.value().contiguous();
+  auto out = tensor<T, D>::empty({p.batch, p.heads, p.tq, p.dv});
+  auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
+  if (out.numel() > 0)
+    backend::attention<D>::forward(p, qc.data(), kc.data(), vc.data(), detail::attention_mask_view(mask), out.data(),
+                                   lse.data());
+  return record(ops::scaled_dot_product_attention<T, D>{qc, kc, vc, out, lse, mask, p}, out, q, k, v);
+}
+
+}  // namespace trainkit::autograd

@@ -1,0 +1,39 @@
+// trainkit/backend/attention.hpp - fused scaled dot-product attention per device: tiles of Q
+// against tiles of K/V with an online softmax (flash attention), so no T x T matrix is ever held;
+// the backward recomputes each tile's probabilities from the saved log-sum-exp.
+#pragma once
+
+#include "trainkit/core/device.hpp"
+#include "trainkit/core/shape.hpp"
+
+namespace trainkit::backend {
+
+/// The problem: q [batch, heads, tq, d], k [batch, heads, tk, d], v [batch, heads, tk, dv], all
+/// dense; out [batch, heads, tq, dv]. causal: query i sees keys j <= i (top-left aligned, as
+/// torch's is_causal).
+struct attention_problem {
+  index_t batch = 0, heads = 0, tq = 0, tk = 0, d = 0, dv = 0;
+  double scale = 1;
+  bool causal = false;
+};
+
+/// An additive mask broadcast to [batch, heads, tq, tk]: element (b, h, i, j) at
+/// p[b * sb + h * sh + i * sq + j * sk] (stride 0 along a broadcast dim); p == nullptr: none.
+template <class T>
+struct attention_mask {
+  const T* p = nullptr;
+  index_t sb = 0, sh = 0, sq = 0, sk = 0;
+};
+
+/// A model provides, for its element types T:
+///   forward(problem, q, k, v, mask, out, lse)   lse [batch, heads, tq]: log-sum-exp of each row's
+///                                               scaled, masked scores (+inf for a row that every
+///                                               key is masked from: its output is 0)
+///   backward(problem, q, k, v, mask, out, lse, dout, dq, dk, dv)
+template <class Device>
+struct attention {
+  static_assert(::trainkit::detail::dependent_false<Device>,
+                "trainkit::backend::attention has no model for this device: include its backend header");
+};
+
+}  // namespace trainkit::backend

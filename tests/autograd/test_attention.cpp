@@ -1,0 +1,242 @@
+// tests/autograd/test_attention.cpp - scaled_dot_product_attention (fused, tiles and an online
+// softmax) against the unfused composition matmul -> softmax -> matmul in double precision,
+// outputs and gradients, across tile edges (64 rows / keys), causal, additive and boolean masks,
+// rows hidden from every key; finite differences on small shapes; float against double; bad
+// shapes and options named.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "support/gradcheck.hpp"
+#include "trainkit/trainkit.hpp"
+
+using namespace trainkit;
+using namespace trainkit::autograd;
+using tk_test::dtensor;
+using tk_test::dvar;
+
+namespace {
+
+/// The unfused composition with the library's own differentiable ops: softmax(q k^T s + mask) v.
+dvar unfused_attention(const dvar& q, const dvar& k, const dvar& v, const dtensor& mask, double scale) {
+  dvar s = mul(matmul(q, transpose(k, -1, -2)), scale);
+  if (mask.defined()) s = add(s, dvar(mask.expand(s.sizes()).contiguous(), false));
+  return matmul(softmax(s, -1), v);
+}
+
+/// [tq, tk] additive mask of 0 / -inf: causal (key j hidden from query i when j > i).
+dtensor causal_mask(index_t tq, index_t tk) {
+  auto m = dtensor::empty({tq, tk});
+  for (index_t i = 0; i < tq; ++i)
+    for (index_t j = 0; j < tk; ++j) m.data()[i * tk + j] = j > i ? -INFINITY : 0.0;
+  return m;
+}
+
+struct attention_case {
+  index_t b, h, tq, tk, d, dv;
+};
+
+/// Fused against unfused: the output and all three gradients for one upstream gradient.
+void check_against_unfused(const attention_case& c, const attention_options<double, cpu>& o, const dtensor& ref_mask,
+                           std::mt19937& rng, double tol = 1e-12) {
+  const dtensor q = tk_test::random_tensor({c.b, c.h, c.tq, c.d}, rng, -2, 2);
+  const dtensor k = tk_test::random_tensor({c.b, c.h, c.tk, c.d}, rng, -2, 2);
+  const dtensor v = tk_test::random_tensor({c.b, c.h, c.tk, c.dv}, rng, -1, 1);
+  const dtensor g = tk_test::random_tensor({c.b, c.h, c.tq, c.dv}, rng, -1, 1);
+  const double scale = o.scale ? *o.scale : 1.0 / std::sqrt(double(c.d));
+  dvar fq(q.clone(), true), fk(k.clone(), true), fv(v.clone(), true);
+  dvar uq(q.clone(), true), uk(k.clone(), true), uv(v.clone(), true);
+  const dvar fused = scaled_dot_product_attention(fq, fk, fv, o);
+  const dvar unfused = unfused_attention(uq, uk, uv, ref_mask, scale);
+  TK_REQUIRE_CLOSE(fused.value(), unfused.value(), tol);
+  fused.backward(g);
+  unfused.backward(g);
+  TK_REQUIRE_CLOSE(fq.grad(), uq.grad(), tol);
+  TK_REQUIRE_CLOSE(fk.grad(), uk.grad(), tol);
+  TK_REQUIRE_CLOSE(fv.grad(), uv.grad(), tol);
+}
+
+}  // namespace
+
+TEST_CASE("attention: fused equals matmul-softmax-matmul across tile edges", "[attention]") {
+  std::mt19937 rng(2901);
+  for (attention_case c : {attention_case{1, 1, 1, 1, 4, 4}, attention_case{2, 3, 70, 90, 16, 8},
+                           attention_case{1, 2, 64, 64, 8, 8}, attention_case{1, 1, 129, 65, 5, 7},
+                           attention_case{2, 1, 30, 200, 32, 16}}) {
+    INFO("B " << c.b << " H " << c.h << " Tq " << c.tq << " Tk " << c.tk << " d " << c.d << " dv " << c.dv);
+    check_against_unfused(c, {}, {}, rng);
+    attention_options<double, cpu> scaled;
+    scaled.scale = 0.37;
+    check_against_unfused(c, scaled, {}, rng);
+  }
+}
+
+TEST_CASE("attention: is_causal hides later keys, top-left aligned as torch", "[attention]") {
+  std::mt19937 rng(2902);
+  attention_options<double, cpu> o;
+  o.is_causal = true;
+  for (attention_case c : {attention_case{2, 2, 100, 100, 8, 8}, attention_case{1, 3, 130, 70, 16, 4},
+                           attention_case{1, 1, 40, 150, 8, 8}, attention_case{1, 1, 65, 65, 4, 4}}) {
+    INFO("B " << c.b << " H " << c.h << " Tq " << c.tq << " Tk " << c.tk);
+    check_against_unfused(c, o, causal_mask(c.tq, c.tk), rng);
+  }
+}
+
+TEST_CASE("attention: additive masks broadcast from [Tq, Tk], [B, 1, Tq, Tk] and [H, 1, Tk]", "[attention]") {
+  std::mt19937 rng(2903);
+  const attention_case c{2, 3, 70, 80, 8, 8};
+  for (shape ms : {shape{c.tq, c.tk}, shape{c.b, 1, c.tq, c.tk}, shape{c.h, 1, c.tk}, shape{c.b, c.h, c.tq, c.tk}}) {
+    INFO("mask " << to_string(ms));
+    attention_options<double, cpu> o;
+    o.attn_mask = tk_test::random_tensor(ms, rng, -3, 3);
+    // some -inf entries too (never a whole row: the unfused softmax would give NaN there)
+    for (index_t i = 0; i < o.attn_mask.numel(); i += 7)
+      if (i % ms.back() != 0) o.attn_mask.data()[i] = -INFINITY;
+    check_against_unfused(c, o, o.attn_mask, rng);
+  }
+}
+
+TEST_CASE("attention: a boolean mask is the additive 0 / -inf one; a row hidden from every key gives 0", "[attention]") {
+  std::mt19937 rng(2904);
+  const attention_case c{1, 2, 70, 75, 8, 6};
+  tensor<bool> keep = tensor<bool>::empty({c.tq, c.tk});
+  dtensor additive = dtensor::empty({c.tq, c.tk});
+  std::bernoulli_distribution coin(0.7);
+  for (index_t i = 0; i < keep.numel(); ++i) {
+    const bool row_hidden = i / c.tk == 3 || i / c.tk == 66;  // two rows with no key at all
+    const bool k_ = !row_hidden && (i % c.tk == 0 || coin(rng));
+    keep.data()[i] = k_;
+    additive.data()[i] = k_ ? 0.0 : -INFINITY;
+  }
+  const dtensor q = tk_test::random_tensor({c.b, c.h, c.tq, c.d}, rng);
+  const dtensor k = tk_test::random_tensor({c.b, c.h, c.tk, c.d}, rng);
+  const dtensor v = tk_test::random_tensor({c.b, c.h, c.tk, c.dv}, rng);
+  attention_options<double, cpu> ob, oa;
+  ob.attn_bool_mask = keep;
+  oa.attn_mask = additive;
+  dvar bq(q.clone(), true), bk(k.clone(), true), bv(v.clone(), true);
+  const dvar byb = scaled_dot_product_attention(bq, bk, bv, ob);
+  const dvar bya = scaled_dot_product_attention(dvar(q), dvar(k), dvar(v), oa);
+  TK_REQUIRE_CLOSE(byb.value(), bya.value(), 0.0);
+  // the hidden rows are 0; every other row matches the unfused composition
+  const dvar ref = unfused_attention(dvar(q), dvar(k), dvar(v), additive, 1.0 / std::sqrt(double(c.d)));
+  for (index_t h = 0; h < c.h; ++h)
+    for (index_t i = 0; i < c.tq; ++i)
+      for (index_t e = 0; e < c.dv; ++e) {
+        const double got = byb.value().at({0, h, i, e});
+        if (i == 3 || i == 66) {
+          REQUIRE(got == 0.0);
+        } else {
+          REQUIRE(got == Approx(ref.value().at({0, h, i, e})).margin(1e-12));
+        }
+      }
+  byb.backward(tk_test::random_tensor(byb.sizes(), rng));
+  for (index_t h = 0; h < c.h; ++h)
+    for (index_t e = 0; e < c.d; ++e) {
+      REQUIRE(bq.grad().at({0, h, 3, e}) == 0.0);  // no gradient through a hidden row
+      REQUIRE(std::isfinite(bq.grad().at({0, h, 10, e})));
+    }
+}
+
+TEST_CASE("attention: gradients match finite differences", "[attention][grad]") {
+  std::mt19937 rng(2905);
+  const dtensor q = tk_test::random_tensor({1, 2, 5, 3}, rng), k = tk_test::random_tensor({1, 2, 6, 3}, rng),
+                v = tk_test::random_tensor({1, 2, 6, 4}, rng);
+  TK_REQUIRE_GRADCHECK([](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }, {q, k, v});
+  TK_REQUIRE_GRADCHECK(
+      [](const auto& x) {
+        attention_options<double, cpu> o;
+        o.is_causal = true;
+        o.scale = 0.8;
+        return scaled_dot_product_attention(x[0], x[1], x[2], o);
+      },
+      {q, k, v});
+  // inputs that are views (transposed heads and tokens, as a multi-head layer makes them)
+  const dtensor qt = tk_test::random_tensor({1, 5, 2, 3}, rng).transpose(1, 2);
+  TK_REQUIRE_GRADCHECK([](const auto& x) { return scaled_dot_product_attention(x[0], x[1], x[2]); }, {qt, k, v});
+}
+
+TEST_CASE("attention: float agrees with double", "[attention]") {
+  std::mt19937 rng(2906);
+  const dtensor q = tk_test::random_tensor({2, 2, 100, 32}, rng), k = tk_test::random_tensor({2, 2, 120, 32}, rng),
+                v = tk_test::random_tensor({2, 2, 120, 32}, rng);
+  attention_options<float, cpu> of;
+  of.is_causal = true;
+  attention_options<double, cpu> od;
+  od.is_causal = true;
+  auto to_f = [](const dtensor& t) {
+    auto f = tensor<float>::empty(t.sizes());
+    for (index_t i = 0; i < t.numel(); ++i) f.data()[i] = float(t.data()[i]);
+    return f;
+  };
+  const auto yf = scaled_dot_product_attention(var<float>(to_f(q)), var<float>(to_f(k)), var<float>(to_f(v)), of);
+  const auto yd = scaled_dot_product_attention(dvar(q), dvar(k), dvar(v), od);
+  double worst = 0;
+  for (index_t i = 0; i < yd.value().numel(); ++i)
+    worst = std::max(worst, std::abs(double(yf.value().data()[i]) - yd.value().data()[i]));
+  CHECK(worst < 1e-5);
+}
+
+TEST_CASE("attention: wrong shapes and options are named", "[attention]") {
+  const dvar q(dtensor::zeros({2, 3, 4, 8})), k(dtensor::zeros({2, 3, 5, 8})), v(dtensor::zeros({2, 3, 5, 6}));
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const trainkit::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  using Catch::Matchers::Contains;
+  CHECK_THAT(message([&] { scaled_dot_product_attention(dvar(dtensor::zeros({3, 4, 8})), k, v); }),
+             Contains("scaled_dot_product_attention") && Contains("[3, 4, 8]"));
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, dvar(dtensor::zeros({2, 3, 5, 7})), v); }),
+             Contains("same feature size"));
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, dvar(dtensor::zeros({2, 3, 6, 6}))); }),
+             Contains("same number of tokens"));
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, dvar(dtensor::zeros({2, 2, 5, 6}))); }),
+             Contains("batch and heads"));
+  attention_options<double, cpu> bad_mask;
+  bad_mask.attn_mask = dtensor::zeros({4, 6});
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, v, bad_mask); }),
+             Contains("attn_mask [4, 6]") && Contains("[2, 3, 4, 5]"));
+  attention_options<double, cpu> both;
+  both.attn_mask = dtensor::zeros({4, 5});
+  both.is_causal = true;
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, v, both); }), Contains("is_causal"));
+  attention_options<double, cpu> drop;
+  drop.dropout_p = 0.1;
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, v, drop); }), Contains("dropout_p"));
+}
+
+TEST_CASE("attention: forward + backward memory grows linearly with T, not with T^2", "[attention][memory]") {
+  // One layer's forward and backward at T = 512 ... 4096 (fp32, 1 x 1 heads, d 16): the allocator's
+  // peak above q, k, v and the upstream gradient. Unfused, the scores alone would be 4 T^2 bytes
+  // (64 MiB at T = 4096) and the peak would grow 64x from 512 to 4096; fused it grows 8x.
+  std::mt19937 rng(2907);
+  std::vector<double> peaks;
+  for (index_t t : {512, 1024, 2048, 4096}) {
+    const auto q = tk_test::random_tensor<float>({1, 1, t, 16}, rng), k = tk_test::random_tensor<float>({1, 1, t, 16}, rng),
+               v = tk_test::random_tensor<float>({1, 1, t, 16}, rng), g = tk_test::random_tensor<float>({1, 1, t, 16}, rng);
+    var<float> vq(q, true), vk(k, true), vv(v, true);
+    allocator<cpu>::reset_peak();
+    const std::size_t base = allocator<cpu>::stats().allocated;
+    {
+      attention_options<float, cpu> o;
+      o.is_causal = true;
+      const auto out = scaled_dot_product_attention(vq, vk, vv, o);
+      out.backward(g);
+    }
+    const double peak = double(allocator<cpu>::stats().peak - base);
+    peaks.push_back(peak);
+    WARN("T = " << t << ": peak " << peak << " bytes above the inputs (one [T, 16] fp32 tensor: " << 64 * t << ")");
+  }
+  for (std::size_t i = 1; i < peaks.size(); ++i) {
+    INFO("T doubled: peak " << peaks[i - 1] << " -> " << peaks[i] << " bytes");
+    CHECK(peaks[i] <= 2.2 * peaks[i - 1]);
+  }
+  CHECK(peaks.back() < 16.0 * 64 * 4096);  // a few [T, 16] tensors, never a T x T one
+}
