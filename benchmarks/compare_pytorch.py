@@ -217,14 +217,14 @@ def attention_round(bench, threads):
 def print_attention(rounds, threads):
     print(f"threads: {threads}  rounds: {len(rounds)}; scaled_dot_product_attention fp32 forward + backward, "
           f"[4, 8, T, 64]; median (min-max) over the rounds")
-    print(f"{'':<16}{'trainkit ms':>22}{'pytorch ms':>22}{'tk/pt':>22}")
+    print(f"{'':<16}{'trainkit ms':>25}{'pytorch ms':>25}{'tk/pt':>25}")
     for key in rounds[0]:
         cells = []
         for i in range(3):
             v = sorted(r[key][i] for r in rounds)
             med = v[len(v) // 2]
             cells.append(f"{med:.2f} ({v[0]:.2f}-{v[-1]:.2f})" if len(v) > 1 else f"{med:.2f}")
-        print(f"{key:<16}" + "".join(f"{c:>22}" for c in cells))
+        print(f"{key:<16}" + "".join(f"{c:>25}" for c in cells))
 
 
 def cpu_line():
