@@ -40,6 +40,20 @@ def run_bench(exe, flt, threads, counter=None):
     return res
 
 
+def median_seconds(step, warmup, reps, min_time):
+    """Median over reps of the seconds per call of step(), each rep calling it for min_time."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(reps):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < min_time:
+            step()
+            n += 1
+        times.append((time.perf_counter() - t0) / n)
+    return sorted(times)[len(times) // 2]
+
+
 def timed(model, x, y, opt, dtype=None, reps=3, min_time=1.0):
     """Median seconds per SGD step of model on (x, y), under torch.autocast("cpu", dtype) if given."""
     import torch
@@ -51,16 +65,7 @@ def timed(model, x, y, opt, dtype=None, reps=3, min_time=1.0):
             loss = loss_fn(model(x), y)
         loss.backward()
         opt.step()
-    for _ in range(5):
-        step()
-    times = []
-    for _ in range(reps):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < min_time:
-            step()
-            n += 1
-        times.append((time.perf_counter() - t0) / n)
-    return sorted(times)[len(times) // 2]
+    return median_seconds(step, warmup=5, reps=reps, min_time=min_time)
 
 
 def torch_steps(threads):
@@ -193,16 +198,7 @@ def torch_attention(threads, reps=3, min_time=1.0):
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
                 o.backward(go)
                 q.grad = k.grad = v.grad = None
-            for _ in range(3):
-                step()
-            best = []
-            for _ in range(reps):
-                n, t0 = 0, time.perf_counter()
-                while time.perf_counter() - t0 < min_time:
-                    step()
-                    n += 1
-                best.append((time.perf_counter() - t0) / n)
-            out[(t, causal)] = sorted(best)[len(best) // 2]
+            out[(t, causal)] = median_seconds(step, warmup=3, reps=reps, min_time=min_time)
     return out
 
 
