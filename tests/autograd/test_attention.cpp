@@ -180,6 +180,65 @@ TEST_CASE("attention: float agrees with double", "[attention]") {
   CHECK(worst < 1e-5);
 }
 
+TEST_CASE("attention: dropout is dropout(softmax) with the mask autograd::dropout draws, regenerated in backward",
+          "[attention][dropout]") {
+  std::mt19937 rng(2906);
+  for (attention_case c : {attention_case{2, 3, 70, 90, 16, 8}, attention_case{1, 2, 130, 129, 8, 5},
+                           attention_case{1, 1, 3, 5, 4, 4}}) {
+    for (bool causal : {false, true}) {
+      INFO("B " << c.b << " H " << c.h << " Tq " << c.tq << " Tk " << c.tk << " causal " << causal);
+      const dtensor q = tk_test::random_tensor({c.b, c.h, c.tq, c.d}, rng, -2, 2);
+      const dtensor k = tk_test::random_tensor({c.b, c.h, c.tk, c.d}, rng, -2, 2);
+      const dtensor v = tk_test::random_tensor({c.b, c.h, c.tk, c.dv}, rng, -1, 1);
+      const dtensor g = tk_test::random_tensor({c.b, c.h, c.tq, c.dv}, rng, -1, 1);
+      generator fused_gen(77), unfused_gen(77);
+      fused_gen.reserve(13), unfused_gen.reserve(13);  // an offset that is not 0
+      attention_options<double, cpu> o;
+      o.dropout_p = 0.3;
+      o.gen = &fused_gen;
+      o.is_causal = causal;
+      dvar fq(q.clone(), true), fk(k.clone(), true), fv(v.clone(), true);
+      dvar uq(q.clone(), true), uk(k.clone(), true), uv(v.clone(), true);
+      const dvar fused = scaled_dot_product_attention(fq, fk, fv, o);
+      dvar s = mul(matmul(uq, transpose(uk, -1, -2)), 1.0 / std::sqrt(double(c.d)));
+      if (causal) s = add(s, dvar(causal_mask(c.tq, c.tk).expand(s.sizes()).contiguous(), false));
+      const dvar unfused = matmul(dropout(softmax(s, -1), 0.3, true, unfused_gen), uv);
+      CHECK(fused_gen.offset() == unfused_gen.offset());  // the same draw, the generator advanced alike
+      TK_REQUIRE_CLOSE(fused.value(), unfused.value(), 1e-12);
+      fused.backward(g);
+      unfused.backward(g);
+      TK_REQUIRE_CLOSE(fq.grad(), uq.grad(), 1e-12);
+      TK_REQUIRE_CLOSE(fk.grad(), uk.grad(), 1e-12);
+      TK_REQUIRE_CLOSE(fv.grad(), uv.grad(), 1e-12);
+    }
+  }
+  // About p of the probabilities are dropped: with v = identity rows, each output row is the kept,
+  // rescaled probabilities; their mean is 1 / Tk either way.
+  const index_t t = 256;
+  auto eye = dtensor::zeros({1, 1, t, t});
+  for (index_t i = 0; i < t; ++i) eye.data()[i * t + i] = 1;
+  generator gen(5);
+  attention_options<double, cpu> o;
+  o.dropout_p = 0.25;
+  o.gen = &gen;
+  const dvar out = scaled_dot_product_attention(dvar(dtensor::zeros({1, 1, t, 4})), dvar(dtensor::zeros({1, 1, t, 4})),
+                                                dvar(eye), o);
+  index_t zeros = 0;
+  for (double x : out.value().to_vector()) zeros += x == 0;
+  CHECK(std::abs(double(zeros) / double(t * t) - 0.25) < 0.01);
+  // dropout_p = 1 gives zeros, and a generator that is not advanced at p = 0.
+  o.dropout_p = 1;
+  CHECK(scaled_dot_product_attention(dvar(dtensor::zeros({1, 1, 4, 4})), dvar(dtensor::zeros({1, 1, 4, 4})),
+                                     dvar(dtensor::ones({1, 1, 4, 4})), o)
+            .value()
+            .to_vector() == std::vector<double>(16, 0.0));
+  o.dropout_p = 0;
+  const auto before = gen.offset();
+  scaled_dot_product_attention(dvar(dtensor::zeros({1, 1, 4, 4})), dvar(dtensor::zeros({1, 1, 4, 4})),
+                               dvar(dtensor::ones({1, 1, 4, 4})), o);
+  CHECK(gen.offset() == before);
+}
+
 TEST_CASE("attention: wrong shapes and options are named", "[attention]") {
   const dvar q(dtensor::zeros({2, 3, 4, 8})), k(dtensor::zeros({2, 3, 5, 8})), v(dtensor::zeros({2, 3, 5, 6}));
   auto message = [](auto&& f) {
@@ -208,8 +267,9 @@ TEST_CASE("attention: wrong shapes and options are named", "[attention]") {
   both.is_causal = true;
   CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, v, both); }), Contains("is_causal"));
   attention_options<double, cpu> drop;
-  drop.dropout_p = 0.1;
-  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, v, drop); }), Contains("dropout_p"));
+  drop.dropout_p = 1.5;
+  CHECK_THAT(message([&] { scaled_dot_product_attention(q, k, v, drop); }),
+             Contains("dropout_p") && Contains("1.5"));
 }
 
 TEST_CASE("attention: forward + backward memory grows linearly with T, not with T^2", "[attention][memory]") {

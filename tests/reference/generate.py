@@ -182,6 +182,57 @@ def residual_bf16_file(path):
     w.close()
 
 
+def attention_file(path):
+    """scaled_dot_product_attention (plain, causal, additive mask with a scale, boolean mask) and
+    nn.MultiheadAttention (self-attention batch_first with key padding and a causal mask; cross-
+    attention in [L, N, E] with a float mask), dropout off: outputs and the gradients of
+    sum(out * R), parameters included."""
+    torch.manual_seed(2929)  # independent of the files written before this one
+    w = Writer(path)
+    op_case(w, "sdpa", F.scaled_dot_product_attention, [rnd(2, 2, 5, 4), rnd(2, 2, 7, 4), rnd(2, 2, 7, 3)])
+    op_case(w, "sdpa_causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+            [rnd(1, 2, 6, 4), rnd(1, 2, 6, 4), rnd(1, 2, 6, 4)])
+    mask = rnd(5, 7)
+    op_case(w, "sdpa_mask", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.5),
+            [rnd(2, 2, 5, 4), rnd(2, 2, 7, 4), rnd(2, 2, 7, 3)], {"mask": mask})
+    bmask = torch.rand(2, 1, 5, 7) < 0.6
+    bmask[..., 0] = True  # every query sees a key
+    op_case(w, "sdpa_bool", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, attn_mask=bmask),
+            [rnd(2, 2, 5, 4), rnd(2, 2, 7, 4), rnd(2, 2, 7, 3)], {"mask": bmask})
+
+    def mha_case(name, mha, inputs, **kw):
+        for k, v in mha.state_dict().items():
+            w.put(f"{name}.{k}", v)
+        xs = [x.clone().requires_grad_(True) for x in inputs]
+        out, _ = mha(*(xs if len(xs) == 3 else xs * 3), need_weights=False, **kw)
+        r = torch.randn_like(out)
+        (out * r).sum().backward()
+        for i, x in enumerate(inputs):
+            w.put(f"{name}.in{i}", x)
+            w.put(f"{name}.grad{i}", xs[i].grad)
+        w.put(f"{name}.out", out)
+        w.put(f"{name}.r", r)
+        for k, p in mha.named_parameters():
+            w.put(f"{name}.grad.{k}", p.grad)
+
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    with torch.no_grad():  # biases that are not 0, so their gradients and use are checked
+        mha.in_proj_bias.normal_()
+        mha.out_proj.bias.normal_()
+    pad = torch.tensor([[False] * 5, [False, False, False, True, True]])
+    causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), diagonal=1)
+    mha_case("mha_self", mha, [rnd(2, 5, 8)], key_padding_mask=pad, attn_mask=causal)
+    w.put("mha_self.key_padding_mask", pad)
+    w.put("mha_self.attn_mask", causal)
+    mha = torch.nn.MultiheadAttention(8, 4)
+    with torch.no_grad():
+        mha.in_proj_bias.normal_()
+    fmask = rnd(4, 6)
+    mha_case("mha_cross", mha, [rnd(4, 2, 8), rnd(6, 2, 8), rnd(6, 2, 8)], attn_mask=fmask)
+    w.put("mha_cross.attn_mask", fmask)
+    w.close()
+
+
 def main():
     ops_file()
     mlp = torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16),
@@ -197,6 +248,7 @@ def main():
                [("sgd", lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True)),
                 ("adam", lambda p: torch.optim.Adam(p, lr=1e-3))])
     residual_bf16_file(os.path.join(HERE, "residual_bf16.txt"))
+    attention_file(os.path.join(HERE, "attention.txt"))
 
 
 if __name__ == "__main__":

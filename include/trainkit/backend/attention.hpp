@@ -3,6 +3,8 @@
 // the backward recomputes each tile's probabilities from the saved log-sum-exp.
 #pragma once
 
+#include <cstdint>
+
 #include "trainkit/core/device.hpp"
 #include "trainkit/core/shape.hpp"
 
@@ -10,11 +12,17 @@ namespace trainkit::backend {
 
 /// The problem: q [batch, heads, tq, d], k [batch, heads, tk, d], v [batch, heads, tk, dv], all
 /// dense; out [batch, heads, tq, dv]. causal: query i sees keys j <= i (top-left aligned, as
-/// torch's is_causal).
+/// torch's is_causal). dropout_p > 0: probability (b, h, i, j) is kept, scaled by 1 / (1 - p),
+/// when bernoulli_at(seed, offset, ((b * heads + h) * tq + i) * tk + j, 1 - p) holds - the mask
+/// autograd::dropout draws for the [batch, heads, tq, tk] probabilities from the same generator
+/// state, so the fused op equals dropout(softmax(...)) and a replay (backward, recomputation)
+/// regenerates it instead of storing it.
 struct attention_problem {
   index_t batch = 0, heads = 0, tq = 0, tk = 0, d = 0, dv = 0;
   double scale = 1;
   bool causal = false;
+  double dropout_p = 0;
+  std::uint64_t seed = 0, offset = 0;
 };
 
 /// An additive mask broadcast to [batch, heads, tq, tk]: element (b, h, i, j) at

@@ -28,6 +28,7 @@
 #include "trainkit/checkpoint/function.hpp"
 #include "trainkit/checkpoint/policies.hpp"
 #include "trainkit/core/error.hpp"
+#include "trainkit/nn/attention.hpp"
 #include "trainkit/nn/dropout.hpp"
 #include "trainkit/nn/module.hpp"
 #include "trainkit/nn/sequential.hpp"
@@ -53,13 +54,17 @@ concept segmented_module = requires(M& m) {
 };
 
 namespace detail {
-/// The default generator plus the generator of every nn::dropout inside layers [b, e).
+/// The default generator plus the generator of every nn::dropout and nn::multi_head_attention
+/// (its attention dropout) inside layers [b, e).
 template <class T, class D>
 preserve_rng rng_of(const std::vector<nn::module<T, D>*>& layers, std::size_t b, std::size_t e) {
   preserve_rng r;
   for (std::size_t i = b; i < e; ++i)
     for (const auto& [name, m] : layers[i]->named_modules())
-      if (const auto* d = dynamic_cast<const nn::dropout<T, D>*>(m)) r.generators.push_back(&d->rng());
+      if (const auto* d = dynamic_cast<const nn::dropout<T, D>*>(m))
+        r.generators.push_back(&d->rng());
+      else if (const auto* a = dynamic_cast<const nn::multi_head_attention<T, D>*>(m))
+        r.generators.push_back(&a->rng());
   return r;
 }
 template <class T, class D>

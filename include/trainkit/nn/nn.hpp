@@ -1,8 +1,9 @@
 // trainkit/nn/nn.hpp - umbrella of the layers: module, sequential, linear, conv2d, norms, dropout,
-// activations, pooling, embedding, and the initialisers.
+// activations, pooling, embedding, multi-head attention, and the initialisers.
 #pragma once
 
 #include "trainkit/nn/activation.hpp"
+#include "trainkit/nn/attention.hpp"
 #include "trainkit/nn/conv2d.hpp"
 #include "trainkit/nn/dropout.hpp"
 #include "trainkit/nn/embedding.hpp"

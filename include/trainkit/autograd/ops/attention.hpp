@@ -3,11 +3,13 @@
 //
 //   out = softmax(q k^T * scale + mask) v        q [B, H, Tq, d], k [B, H, Tk, d], v [B, H, Tk, dv]
 //
-// Saved for backward: q, k, v, the output and one log-sum-exp per query row - O(B H T d) memory.
+// Saved for backward: q, k, v, the output and one log-sum-exp per query row - O(B H T d) memory;
+// a dropout mask is regenerated from its Philox offset, not stored.
 #pragma once
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <string_view>
@@ -16,6 +18,7 @@
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/attention.hpp"
 #include "trainkit/core/error.hpp"
+#include "trainkit/core/generator.hpp"
 
 namespace trainkit::autograd {
 
@@ -28,8 +31,13 @@ struct attention_options {
   tensor<bool, D> attn_bool_mask{};
   /// Query i sees keys j <= i (top-left aligned); no mask may be given with it (as torch).
   bool is_causal = false;
-  /// Dropout on the attention probabilities: not yet (0 only).
+  /// Dropout on the attention probabilities, in [0, 1] (torch applies it whenever it is given:
+  /// pass 0 in evaluation). The mask is the one autograd::dropout would draw from gen for the
+  /// [B, H, Tq, Tk] probabilities (gen advances by B H Tq Tk / 4 Philox blocks), regenerated in
+  /// backward and by recomputation, never stored.
   double dropout_p = 0;
+  /// The generator of the dropout mask; nullptr: default_generator().
+  generator* gen = nullptr;
   /// Multiplies q k^T; default 1 / sqrt(d).
   std::optional<double> scale{};
 };
@@ -58,13 +66,14 @@ backend::attention_problem attention_problem_of(const tensor<T, D>& q, const ten
                  "is_causal and an explicit attn_mask cannot both be given");
   TRAINKIT_CHECK(!(o.attn_mask.defined() && o.attn_bool_mask.defined()), usage_error, op,
                  "give attn_mask (additive) or attn_bool_mask, not both");
-  TRAINKIT_CHECK(o.dropout_p == 0, usage_error, op,
-                 "dropout_p = " << o.dropout_p << ": dropout inside the fused attention is not supported yet");
+  TRAINKIT_CHECK(o.dropout_p >= 0 && o.dropout_p <= 1, value_error, op,
+                 "dropout_p must be in [0, 1], got " << o.dropout_p);
   TRAINKIT_CHECK(!o.scale || std::isfinite(*o.scale), usage_error, op, "scale must be finite, got " << *o.scale);
   backend::attention_problem p;
   p.batch = q.size(0), p.heads = q.size(1), p.tq = q.size(2), p.tk = k.size(2), p.d = q.size(3), p.dv = v.size(3);
   p.scale = o.scale ? *o.scale : 1.0 / std::sqrt(double(p.d > 0 ? p.d : 1));
   p.causal = o.is_causal;
+  p.dropout_p = o.dropout_p;
   return p;
 }
 
@@ -129,7 +138,12 @@ var<T, D> scaled_dot_product_attention(const var<T, D>& q, const var<T, D>& k, c
                                        const attention_options<T, D>& o = {}) {
   static_assert(std::is_same_v<D, cpu>, "scaled_dot_product_attention: CPU only so far (fused CUDA attention: issue 29)");
   static_assert(std::is_floating_point_v<T>, "scaled_dot_product_attention: float or double");
-  const backend::attention_problem p = detail::attention_problem_of(q.value(), k.value(), v.value(), o);
+  backend::attention_problem p = detail::attention_problem_of(q.value(), k.value(), v.value(), o);
+  if (p.dropout_p > 0) {
+    generator& gen = o.gen != nullptr ? *o.gen : default_generator();
+    p.seed = gen.seed();
+    p.offset = gen.reserve(std::uint64_t(p.batch * p.heads * p.tq * p.tk));
+  }
   const tensor<T, D> mask = detail::attention_additive_mask(p, o);
   const tensor<T, D> qc = q.value().contiguous(), kc = k.value().contiguous(), vc = v.value().contiguous();
   auto out = tensor<T, D>::empty({p.batch, p.heads, p.tq, p.dv});

@@ -4,6 +4,9 @@
 // sum, the output rescaled as the max grows), so memory is O(T d) and no T x T matrix exists.
 // The backward (flash attention 2) recomputes each tile's probabilities from the saved log-sum-exp:
 //   P = exp(S - lse), dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)), dQ += s dS K, dK += s dS^T Q
+// With dropout, the kept probabilities P Z (Z = 0 or 1 / (1 - p), regenerated from the Philox
+// stream per tile) multiply V, the row sums stay those of P, and the backward is
+//   dV += (P Z)^T dO, dS = P (Z dP - rowsum(dO O)).
 // Work is split over (batch, head, query tile) forward and over (batch, head) backward (a head's
 // dK and dV are summed over every query tile, so one thread owns the head).
 #pragma once
@@ -17,6 +20,7 @@
 #include "trainkit/backend/attention.hpp"
 #include "trainkit/backend/cpu/blas.hpp"
 #include "trainkit/config.hpp"
+#include "trainkit/core/generator.hpp"  // bernoulli_at: the dropout stream
 #include "trainkit/core/wait_governor.hpp"  // start_wait_governor
 
 // The fp32 rows' exp and max take AVX2 + FMA where the CPU has them (chosen at run time): 8 lanes
@@ -144,6 +148,7 @@ struct attention<cpu> {
             const T sum = detail::attention_exp_shift_sum(sr, bk, mx);
             l[r] = l[r] * rescale + sum;
             m[r] = mx;
+            if (p.dropout_p > 0) apply_dropout(p, bh, i0 + r, j0, bk, sr);
             if (rescale != T(1))
               for (T *a = acc.data() + r * p.dv, *e = a + p.dv; a != e; ++a) *a *= rescale;
           }
@@ -168,6 +173,8 @@ struct attention<cpu> {
     const index_t items = p.batch * p.heads;
     run(items, double(p.tq) * double(p.tk) * double(2 * p.d + 2 * p.dv), [&](auto&& for_items) {
       std::vector<T> s(std::size_t(block_q * block_k)), dp(std::size_t(block_q * block_k)), drow(std::size_t(p.tq));
+      std::vector<T> z, pz;  // with dropout: the tile's Z and P Z
+      if (p.dropout_p > 0) z.resize(s.size()), pz.resize(s.size());
       for_items([&](index_t bh) {
         const index_t b = bh / p.heads, h = bh % p.heads;
         const T* qb = q + bh * p.tq * p.d;
@@ -201,9 +208,21 @@ struct attention<cpu> {
               else
                 detail::attention_exp_shift_sum(sr, bk, lr);
             }
-            // dV_j += P^T dO_i;  dP = dO_i V_j^T
-            blas<cpu>::gemm(true, false, bk, p.dv, bq, 1.0, s.data(), bk, gb + i0 * p.dv, p.dv, 1.0, dvb + j0 * p.dv, p.dv);
+            const bool drop = p.dropout_p > 0;
+            if (drop) {
+              for (index_t r = 0; r < bq; ++r) {
+                T* zr = z.data() + r * bk;
+                std::fill(zr, zr + bk, T(1));
+                apply_dropout(p, bh, i0 + r, j0, bk, zr);
+              }
+              for (index_t e = 0; e < bq * bk; ++e) pz[std::size_t(e)] = s[std::size_t(e)] * z[std::size_t(e)];
+            }
+            // dV_j += (P Z)^T dO_i;  dP = dO_i V_j^T (then Z dP)
+            blas<cpu>::gemm(true, false, bk, p.dv, bq, 1.0, drop ? pz.data() : s.data(), bk, gb + i0 * p.dv, p.dv, 1.0,
+                            dvb + j0 * p.dv, p.dv);
             blas<cpu>::gemm(false, true, bq, bk, p.dv, 1.0, gb + i0 * p.dv, p.dv, vb + j0 * p.dv, p.dv, 0.0, dp.data(), bk);
+            if (drop)
+              for (index_t e = 0; e < bq * bk; ++e) dp[std::size_t(e)] *= z[std::size_t(e)];
             for (index_t r = 0; r < bq; ++r) {
               const T dr = drow[std::size_t(i0 + r)];
               T* sr = s.data() + r * bk;
@@ -223,6 +242,23 @@ struct attention<cpu> {
   template <class T>
   static constexpr T inf() {
     return std::numeric_limits<T>::infinity();
+  }
+
+  /// row[c] *= Z(b, h, i, j0 + c) for c < bk: 0, or 1 / (1 - p) where the Philox stream keeps it
+  /// (attention_problem's rule; one Philox block per four consecutive elements of the stream).
+  template <class T>
+  static void apply_dropout(const attention_problem& p, index_t bh, index_t i, index_t j0, index_t bk, T* row) {
+    const float keep = float(1.0 - p.dropout_p);
+    const T scale = T(1.0 / (1.0 - p.dropout_p));
+    const std::uint64_t first = (std::uint64_t(bh) * std::uint64_t(p.tq) + std::uint64_t(i)) * std::uint64_t(p.tk) +
+                                std::uint64_t(j0);
+    std::uint64_t block = ~std::uint64_t(0);
+    philox_result words{};
+    for (index_t c = 0; c < bk; ++c) {
+      const std::uint64_t e = first + std::uint64_t(c);
+      if (e / 4 != block) block = e / 4, words = philox_block(p.seed, p.offset + block);
+      row[c] = uniform_float(words.v[e % 4]) < keep ? row[c] * scale : T(0);
+    }
   }
 
   /// s[bq x bk] = scale * Q_i K_j^T + mask, -inf where causal hides key j from query i.
