@@ -22,6 +22,7 @@ TRAINKIT_EXAMPLE_PACKAGES=(
   openmpi-bin       # mpirun
   libbenchmark-dev  # benchmarks/
   libcpp-httplib-dev  # trainkit::monitor_http: the Prometheus /metrics endpoint
+  fortunes-min      # /usr/share/games/fortunes/*: the GPT example's default text (98 000 characters)
 )
 TRAINKIT_TEST_PACKAGES=(
   pkg-config        # the pkg-config package test

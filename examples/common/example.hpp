@@ -32,14 +32,21 @@ namespace example {
 inline const std::map<std::string, std::string>& flag_help() {
   static const std::map<std::string, std::string> help = {
       {"batch", "samples per step (per rank when data-parallel)"},
+      {"clip", "clip the gradients' total 2-norm to this (0: no clipping)"},
+      {"context", "tokens (characters) per training window; the model's longest input"},
       {"checkpoint", "recompute activations in backward: none, sqrt (sqrt(n) segments) or every:N"},
       {"comm", "gradient transport between GPUs: nccl, or mpi (staged through pinned host memory)"},
       {"compression", "gradient compression: none, fp16, bf16, int8, sign_1bit (1bit); lossy ones with error feedback"},
       {"data", "directory of the Fashion-MNIST *-ubyte.gz files (the resnet: or CIFAR-10's binary batches)"},
+      {"dropout", "dropout probability in attention, after the MLP and on the embeddings (training only)"},
+      {"embd", "width of the model: embedding and residual stream"},
       {"epochs", "passes over the training set"},
+      {"eval-every", "steps between validation passes (the loss in nats per character)"},
+      {"heads", "attention heads per layer (must divide --embd)"},
       {"hierarchical", "1: fp32 among the ranks of a host, --compression only between hosts; 0: flat"},
       {"log-every", "steps between log points (steps N, 2N, ... of the run): --metrics-log and --tensorboard "
                     "write, and the progress line shows, the mean loss and samples/s of those N steps"},
+      {"layers", "transformer blocks"},
       {"lr", "peak learning rate, reached at the end of the warmup, then a cosine decay"},
       {"metrics-log", "append the metrics as JSON lines to this file every --log-every steps (empty: off)"},
       {"metrics-port", "serve Prometheus metrics on /metrics at this port, rank r at port + r (0: off)"},
@@ -47,15 +54,19 @@ inline const std::map<std::string, std::string>& flag_help() {
       {"precision", "fp32, bf16 or fp16: linear and conv layers in 16 bits, fp32 master weights"},
       {"resume", "0: start afresh; 1: continue from the newest good snapshot (an error if none); auto: "
                  "continue if there is one"},
+      {"sample-chars", "characters generated from the trained model at the end (0: none)"},
       {"seed", "seed of every random stream: initialisation, data order, dropout"},
       {"snapshot-dir", "keep the whole training state here (empty: off); SIGTERM/SIGINT write one and exit 75"},
       {"snapshot-every", "steps between periodic snapshots"},
+      {"steps", "optimizer steps of the whole run (the schedule's length)"},
       {"stop-after", "stop as a signal would (snapshot, exit 75) after this many steps of this run; 0: never"},
       {"tensorboard", "write the metrics every --log-every steps and the test accuracy each epoch as TensorBoard "
                       "scalars to this directory (empty: off)"},
+      {"text", "the training text: files joined in order, separated by commas (90 % train, 10 % validate)"},
       {"test-limit", "score only the first N test images (0: all)"},
       {"tf32", "1: fp32 GEMMs and convolutions may use TF32 tensor cores (GPU)"},
       {"train-limit", "train on the first N training images only (0: all)"},
+      {"weight-decay", "decoupled (AdamW) weight decay of the weight matrices; biases and norms get none"},
       {"width", "channels of the network's first stage"},
   };
   return help;

@@ -382,3 +382,43 @@ TEST_CASE("adamw runs on bfloat16 parameters, computing in float", "[optim][adam
   const auto got = cast<double>(ps[0].value()).to_vector();
   for (std::size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).margin(2e-2));
 }
+
+TEST_CASE("adamw parameter groups: each group steps as its own optimizer would, bit for bit", "[optim][adamw]") {
+  const optim::adamw_options o{.lr = 0.02, .weight_decay = 0.1};
+  problem<double> grouped, separate;
+  // Parameters 0 and 2 decay by 0.3, 1 and 3 not at all; the group order is the parameter order.
+  optim::adamw<double> g({{{grouped.params[0], grouped.params[2]}, 0.3}, {{grouped.params[1], grouped.params[3]}, 0.0}}, o);
+  optim::adamw<double> a({separate.params[0], separate.params[2]}, {.lr = 0.02, .weight_decay = 0.3});
+  optim::adamw<double> b({separate.params[1], separate.params[3]}, {.lr = 0.02, .weight_decay = 0.0});
+  for (int k = 0; k < optim_test::steps; ++k) {
+    grouped.set_grads(k);
+    separate.set_grads(k);
+    g.step();
+    a.step();
+    b.step();
+  }
+  for (std::size_t i = 0; i < 4; ++i) CHECK(grouped.params[i].value().to_vector() == separate.params[i].value().to_vector());
+  // A group without its own weight decay takes the options'.
+  problem<double> inherit, plain;
+  optim::adamw<double> gi({{inherit.params, std::nullopt}}, o), pl(plain.params, o);
+  inherit.run(gi);
+  plain.run(pl);
+  for (std::size_t i = 0; i < 4; ++i) CHECK(inherit.params[i].value().to_vector() == plain.params[i].value().to_vector());
+  CHECK_THROWS_MATCHES(optim::adamw<double>({{inherit.params, -0.5}}), value_error, what_contains({"group 0", "-0.5"}));
+}
+
+TEST_CASE("decay_groups: matrices decay, vectors do not, a tied parameter counts once", "[optim][adamw]") {
+  nn::linear<float> fc(4, 3);
+  auto named = fc.named_parameters();
+  named.push_back({"tied", fc.weight()});  // the same var again, as a tied head would list it
+  const auto groups = optim::decay_groups(named, 0.1);
+  REQUIRE(groups.size() == 2);
+  CHECK(groups[0].weight_decay == 0.1);
+  REQUIRE(groups[0].params.size() == 1);
+  CHECK(groups[0].params[0].same(fc.weight()));
+  CHECK(groups[1].weight_decay == 0.0);
+  REQUIRE(groups[1].params.size() == 1);
+  CHECK(groups[1].params[0].same(fc.bias()));
+  optim::adamw opt(groups, {.lr = 1e-3});
+  CHECK(opt.params().size() == 2);
+}

@@ -7,9 +7,12 @@
 // something (an error naming the model when no op ran in the compute type).
 #pragma once
 
+#include <cstdint>
+
 #include "trainkit/amp/autocast.hpp"
 #include "trainkit/amp/concepts.hpp"
 #include "trainkit/autograd/var.hpp"
+#include "trainkit/core/tensor.hpp"
 #include "trainkit/nn/module.hpp"
 
 namespace trainkit::amp {
@@ -27,6 +30,19 @@ autograd::var<T, D> forward(nn::module<T, D>& m, const autograd::var<T, D>& x) {
   }
 }
 
+/// m(tokens) under policy P for a model whose forward takes integer token ids (a language model:
+/// nn::embedding first), inside the same autocast scope.
+template <precision_policy P, class M, class D>
+  requires requires(M& m, const tensor<std::int64_t, D>& t) { m.forward(t); }
+auto forward(M& m, const tensor<std::int64_t, D>& tokens) {
+  if constexpr (!P::is_mixed) {
+    return m.forward(tokens);
+  } else {
+    autocast<P, typename M::value_type, D> scope;
+    return m.forward(tokens);
+  }
+}
+
 /// amp::forward<P> as a callable object: the per-layer forward that checkpoint::apply_recompute
 /// and checkpoint::checkpoint_sequential take, so checkpointed segments run in precision P.
 /// \tparam P a precision_policy
@@ -35,6 +51,12 @@ struct module_forward {
   template <class T, class D>
   autograd::var<T, D> operator()(nn::module<T, D>& m, const autograd::var<T, D>& x) const {
     return amp::forward<P>(m, x);
+  }
+  /// A model that takes token ids (see amp::forward above).
+  template <class M, class D>
+    requires requires(M& m, const tensor<std::int64_t, D>& t) { m.forward(t); }
+  auto operator()(M& m, const tensor<std::int64_t, D>& tokens) const {
+    return amp::forward<P>(m, tokens);
   }
 };
 

@@ -16,6 +16,7 @@
 #include <charconv>  // std::from_chars
 #include <concepts>
 #include <cstddef>   // std::size_t
+#include <cstdint>   // std::int64_t: token ids
 #include <string>
 #include <string_view>
 #include <system_error>  // std::errc
@@ -51,6 +52,16 @@ concept segmented_module = requires(M& m) {
   typename M::value_type;
   typename M::device_type;
   { m.segments() } -> std::convertible_to<std::vector<nn::module<typename M::value_type, typename M::device_type>*>>;
+};
+
+/// A model of token ids that names its segments: forward(tokens) is segments()[0], [1], ...
+/// applied in turn to embed(tokens) (a language model: embed = token + position embeddings,
+/// segments = the blocks - or finer, attention and MLP halves of each block - then the head), so a
+/// recompute policy can split them; the embedding's output is stored.
+template <class M>
+concept segmented_token_module = segmented_module<M> &&
+    requires(M& m, const tensor<std::int64_t, typename M::device_type>& tokens) {
+  { m.embed(tokens) } -> std::convertible_to<autograd::var<typename M::value_type, typename M::device_type>>;
 };
 
 namespace detail {
@@ -130,6 +141,14 @@ template <recompute_policy R, segmented_module M, class Layer = default_layer_fo
 autograd::var<typename M::value_type, typename M::device_type> apply_recompute(
     const R& policy, M& m, const autograd::var<typename M::value_type, typename M::device_type>& x, Layer layer = {}) {
   return apply_recompute(policy, m.segments(), x, std::move(layer));
+}
+
+/// m(tokens) for a model of token ids that names its segments, split by policy (see above); embed
+/// runs normally (under the caller's autocast scope, if any).
+template <recompute_policy R, segmented_token_module M, class Layer = default_layer_forward>
+autograd::var<typename M::value_type, typename M::device_type> apply_recompute(
+    const R& policy, M& m, const tensor<std::int64_t, typename M::device_type>& tokens, Layer layer = {}) {
+  return apply_recompute(policy, m.segments(), m.embed(tokens), std::move(layer));
 }
 
 /// torch.utils.checkpoint.checkpoint_sequential: seq's layers in `segments` balanced segments,

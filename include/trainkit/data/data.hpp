@@ -1,5 +1,6 @@
 // trainkit/data/data.hpp - umbrella of the data component: data sets in memory, the IDX, MNIST and
-// CIFAR-10 readers, samplers, transforms and the loaders of mini-batches.
+// CIFAR-10 readers, text (a character vocabulary, token windows), samplers, transforms and the
+// loaders of mini-batches.
 #pragma once
 
 #include "trainkit/data/batch.hpp"
@@ -11,4 +12,5 @@
 #include "trainkit/data/loader.hpp"
 #include "trainkit/data/mnist.hpp"
 #include "trainkit/data/permutation.hpp"
+#include "trainkit/data/text.hpp"
 #include "trainkit/data/transforms.hpp"

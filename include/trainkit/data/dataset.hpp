@@ -33,21 +33,51 @@ struct basic_dataset {
 /// The float dataset, the common case.
 using dataset = basic_dataset<float>;
 
+namespace detail {
+template <class D>
+struct dataset_input {
+  using type = float;
+};
+template <class D>
+  requires requires { typename D::input_type; }
+struct dataset_input<D> {
+  using type = typename D::input_type;
+};
+}  // namespace detail
+
+/// The element type of a dataset's samples: D::input_type when it names one (std::int64_t for
+/// token ids), else float.
+template <class D>
+using dataset_input_t = typename detail::dataset_input<D>::type;
+
+/// The shape of one sample's labels: d.label_shape() when the dataset has one (a language model's
+/// [T] next tokens), else one label per sample ([]).
+template <class D>
+shape dataset_label_shape(const D& d) {
+  if constexpr (requires { d.label_shape(); })
+    return shape(d.label_shape());
+  else
+    return shape{};
+}
+
 /// A dataset the loader can read sample by sample. A model provides
 ///   index_t size() const                                 - number of samples
-///   shape sample_shape() const                           - sizes of one sample ([C, H, W], ...)
-///   void get(index_t i, float* image, std::int64_t* label) const
+///   shape sample_shape() const                           - sizes of one sample ([C, H, W], [T], ...)
+///   void get(index_t i, X* sample, std::int64_t* label) const
 ///                                                        - writes sample i (numel(sample_shape())
-///                                                          floats) and its label; may throw
+///                                                          values of X = dataset_input_t) and its
+///                                                          labels (numel(label_shape())); may throw
+/// and optionally `using input_type = std::int64_t` (token ids; default float) and
+/// `shape label_shape() const` (default []: one label per sample).
 /// get() is called concurrently from the worker threads, so it must be safe to call in parallel
 /// (read-only state, or its own locking). The loader holds a copy: make copies cheap (share the
 /// data, as tensor_dataset does).
 template <class D>
 concept indexable_dataset = std::copy_constructible<D> &&
-    requires(const D& d, index_t i, float* image, std::int64_t* label) {
+    requires(const D& d, index_t i, dataset_input_t<D>* sample, std::int64_t* label) {
   { d.size() } -> std::convertible_to<index_t>;
   { d.sample_shape() } -> std::convertible_to<shape>;
-  d.get(i, image, label);
+  d.get(i, sample, label);
 };
 
 /// images [N, ...] and labels [N] in memory as an indexable_dataset (shares the tensors; a

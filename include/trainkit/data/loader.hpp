@@ -26,6 +26,7 @@
 #include <iterator>   // std::default_sentinel_t
 #include <mutex>
 #include <thread>
+#include <type_traits>  // std::is_same_v: float images or int64 token ids
 #include <utility>  // std::move
 #include <vector>
 
@@ -132,9 +133,11 @@ template <indexable_dataset Dataset, index_sampler Sampler = distributed_sampler
 class data_loader {
  public:
   using sampler_state = decltype(std::declval<const Sampler&>().get_state());
+  using input_type = dataset_input_t<Dataset>;  ///< float, or std::int64_t for token ids
+  using batch_type = batch<input_type>;
 
   /// Range-for support: hands out next() until the end of the pass.
-  using iterator = detail::cursor_iterator<data_loader, batch<float>>;
+  using iterator = detail::cursor_iterator<data_loader, batch_type>;
 
   /// value_error for batch_size < 1, num_workers < 0, prefetch < 0 or a sampler over more samples
   /// than the dataset has; shape_error when a transform does not accept the sample shape. No
@@ -154,7 +157,14 @@ class data_loader {
                                            << dataset_.size());
     capacity_ = o_.prefetch > 0 ? o_.prefetch : std::max<index_t>(1, 2 * o_.num_workers);
     in_shape_ = shape(dataset_.sample_shape());
+    label_shape_ = dataset_label_shape(dataset_);
+    label_row_ = trainkit::numel(label_shape_);
     out_shape_ = in_shape_;
+    constexpr bool images = std::is_same_v<input_type, float>;
+    constexpr bool tokens = std::is_same_v<input_type, std::int64_t>;
+    TRAINKIT_CHECK(!o_.transform || images, usage_error, "data_loader",
+                   "a transform needs float samples (images); this dataset's are "
+                       << (tokens ? "int64 token ids" : "not float"));
     if (o_.transform) {
       in_image_ = to_image_shape(in_shape_, "data_loader");
       out_shape_ = o_.transform.output_shape(in_image_).to_shape();
@@ -216,7 +226,7 @@ class data_loader {
   /// Batch position() (then position() + 1). Rethrows the exception of a worker that failed to
   /// build it (the batch's samples count as consumed; the next call returns the following batch).
   /// usage_error once the pass is done.
-  batch<float> next() {
+  batch_type next() {
     TRAINKIT_CHECK(has_next(), usage_error, "data_loader::next",
                    "epoch " << epoch_ << " is done (" << n_batches_
                             << " batches in this pass); call set_epoch() to start another");
@@ -256,7 +266,7 @@ class data_loader {
   struct slot {
     index_t k = -1;
     bool ready = false;
-    batch<float> data;
+    batch_type data;
     std::exception_ptr error;
   };
 
@@ -285,8 +295,10 @@ class data_loader {
       const index_t b = samples_in(k);
       shape xs{b};
       xs.insert(xs.end(), out_shape_.begin(), out_shape_.end());
-      batch<float> r{Memory::template empty<float>(std::move(xs)), Memory::template empty<std::int64_t>({b})};
-      float* x = r.x.data();
+      shape ys{b};
+      ys.insert(ys.end(), label_shape_.begin(), label_shape_.end());
+      batch_type r{Memory::template empty<input_type>(std::move(xs)), Memory::template empty<std::int64_t>(std::move(ys))};
+      input_type* x = r.x.data();
       std::int64_t* y = r.y.data();
       std::vector<float> scratch(o_.transform ? static_cast<std::size_t>(in_row_) : 0);
       const index_t n = dataset_.size();
@@ -295,13 +307,16 @@ class data_loader {
         const index_t idx = order_[static_cast<std::size_t>(k * o_.batch_size + i)];
         TRAINKIT_CHECK(idx >= 0 && idx < n, index_error, "data_loader",
                        "the sampler gave index " << idx << " for a dataset of " << n << " samples");
-        if (o_.transform) {
-          dataset_.get(idx, scratch.data(), y + i);
-          o_.transform(scratch.data(), in_image_, x + i * out_row_,
-                       sample_rng{o_.seed, epoch_, static_cast<std::uint64_t>(idx), 0});
-        } else {
-          dataset_.get(idx, x + i * out_row_, y + i);
+        bool transformed = false;
+        if constexpr (std::is_same_v<input_type, float>) {  // images only (checked at construction)
+          if (o_.transform) {
+            dataset_.get(idx, scratch.data(), y + i * label_row_);
+            o_.transform(scratch.data(), in_image_, x + i * out_row_,
+                         sample_rng{o_.seed, epoch_, static_cast<std::uint64_t>(idx), 0});
+            transformed = true;
+          }
         }
+        if (!transformed) dataset_.get(idx, x + i * out_row_, y + i * label_row_);
       }
       out.data = std::move(r);
     } catch (...) {
@@ -368,9 +383,9 @@ class data_loader {
   Sampler sampler_;
   loader_options o_;
   index_t capacity_ = 1;
-  shape in_shape_, out_shape_;
+  shape in_shape_, out_shape_, label_shape_;
   image_shape in_image_;
-  index_t in_row_ = 0, out_row_ = 0;
+  index_t in_row_ = 0, out_row_ = 0, label_row_ = 1;
 
   // The pass: fixed while workers run.
   std::vector<index_t> order_;

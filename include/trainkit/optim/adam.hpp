@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>    // std::pow, std::sqrt
+#include <optional>  // a group's weight decay
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int64_t
 #include <string>
@@ -143,9 +144,10 @@ class adam_family : public optimizer_base<T, Device> {
       const double bc2 = 1.0 - std::pow(o.beta2, t);
       const double step_size = o.lr / bc1;
       const double bc2_sqrt = std::pow(bc2, 0.5);
-      const bool decay = o.weight_decay != 0.0;
-      const adam_update<T> f{C(Decoupled && decay ? 1.0 - o.lr * o.weight_decay : 1.0),
-                             C(!Decoupled ? o.weight_decay : 0.0),
+      const double wd = decay_.empty() || !decay_[i] ? o.weight_decay : *decay_[i];  // the group's, if any
+      const bool decay = wd != 0.0;
+      const adam_update<T> f{C(Decoupled && decay ? 1.0 - o.lr * wd : 1.0),
+                             C(!Decoupled ? wd : 0.0),
                              C(1.0 - o.beta1),
                              C(o.beta2),
                              C(1.0 - o.beta2),
@@ -270,8 +272,24 @@ class adam_family : public optimizer_base<T, Device> {
     validate(options_);
     state_.params.resize(this->params_.size());
   }
+  adam_family(const std::vector<param_group<T, Device>>& groups, const Options& opts)
+      : adam_family(flatten(groups), opts) {
+    for (std::size_t g = 0; g < groups.size(); ++g) {
+      const auto& wd = groups[g].weight_decay;
+      TRAINKIT_CHECK(!wd || *wd >= 0.0, value_error, name(), "invalid weight_decay value in group " << g << ": " << *wd);
+      for (std::size_t k = 0; k < groups[g].params.size(); ++k) decay_.push_back(wd);
+    }
+  }
+
+  /// The weight decay of each parameter's group (empty optional: the options'); empty without groups.
+  const std::vector<std::optional<double>>& group_weight_decays() const noexcept { return decay_; }
 
  private:
+  static std::vector<var_type> flatten(const std::vector<param_group<T, Device>>& groups) {
+    std::vector<var_type> all;
+    for (const auto& g : groups) all.insert(all.end(), g.params.begin(), g.params.end());
+    return all;
+  }
   static constexpr const char* name() { return Decoupled ? "adamw" : "adam"; }
   static void validate(const Options& o) {
     check_lr(o.lr, name());
@@ -286,10 +304,11 @@ class adam_family : public optimizer_base<T, Device> {
 
   Options options_;
   state state_;
+  std::vector<std::optional<double>> decay_;  // per parameter, from its group
 };
 }  // namespace detail
 
-/// Adam (torch.optim.Adam, one parameter group), L2 weight decay.
+/// Adam (torch.optim.Adam), L2 weight decay; parameter groups may have their own.
 ///
 ///   optim::adam opt(model.parameters(), {.lr = 3e-4, .beta2 = 0.99});
 ///
@@ -303,9 +322,13 @@ class adam : public detail::adam_family<T, Device, adam_options, false> {
   using typename family::var_type;
   explicit adam(std::vector<var_type> params, const adam_options& opts = {})
       : family(std::move(params), opts) {}
+  /// Parameter groups with their own weight decay (their order is the parameters' order).
+  explicit adam(const std::vector<param_group<T, Device>>& groups, const adam_options& opts = {})
+      : family(groups, opts) {}
 };
 
-/// AdamW (torch.optim.AdamW, one parameter group), decoupled weight decay (default 0.01).
+/// AdamW (torch.optim.AdamW), decoupled weight decay (default 0.01); parameter groups may have
+/// their own weight decay.
 ///
 ///   optim::adamw opt(model.parameters(), {.lr = 3e-4, .weight_decay = 0.1});
 ///
@@ -319,11 +342,19 @@ class adamw : public detail::adam_family<T, Device, adamw_options, true> {
   using typename family::var_type;
   explicit adamw(std::vector<var_type> params, const adamw_options& opts = {})
       : family(std::move(params), opts) {}
+  /// Parameter groups with their own weight decay (their order is the parameters' order):
+  ///   optim::adamw opt(optim::decay_groups(model.named_parameters(), 0.1), {.lr = 3e-4});
+  explicit adamw(const std::vector<param_group<T, Device>>& groups, const adamw_options& opts = {})
+      : family(groups, opts) {}
 };
 
 template <class T, class D>
 adam(std::vector<autograd::var<T, D>>, const adam_options& = {}) -> adam<T, D>;
 template <class T, class D>
 adamw(std::vector<autograd::var<T, D>>, const adamw_options& = {}) -> adamw<T, D>;
+template <class T, class D>
+adam(std::vector<param_group<T, D>>, const adam_options& = {}) -> adam<T, D>;
+template <class T, class D>
+adamw(std::vector<param_group<T, D>>, const adamw_options& = {}) -> adamw<T, D>;
 
 }  // namespace trainkit::optim

@@ -7,6 +7,7 @@
 #include <cstdint>   // std::int64_t
 #include <initializer_list>
 #include <limits>  // infinity in check_lr
+#include <optional>  // a group's weight decay
 #include <string>
 #include <string_view>
 #include <system_error>   // std::errc
@@ -34,6 +35,32 @@ struct optimizer_state_dict {
   std::vector<std::pair<std::string, std::int64_t>> counters;
   std::vector<std::pair<std::string, double>> scalars;
 };
+
+/// Parameters that share a weight decay of their own - torch's param_groups for the case they are
+/// mostly used for (no decay on biases and norms); the optimizer's other hyper-parameters, the
+/// learning rate included, stay common. weight_decay empty: the optimizer's.
+template <class T, class Device = cpu>
+struct param_group {
+  std::vector<autograd::var<T, Device>> params;
+  std::optional<double> weight_decay{};
+};
+
+/// The GPT recipe (nanoGPT, minGPT) as two groups of named parameters: the matrices (2-D and
+/// more: linear and embedding weights) with `weight_decay`, the vectors (biases, norm weights)
+/// with none. Give it module.named_parameters(); tied parameters (the same var twice) once.
+template <class T, class Device>
+std::vector<param_group<T, Device>> decay_groups(
+    const std::vector<std::pair<std::string, autograd::var<T, Device>>>& named, double weight_decay) {
+  std::vector<param_group<T, Device>> g{{{}, weight_decay}, {{}, 0.0}};
+  std::unordered_set<const void*> seen;
+  for (const auto& [name, p] : named) {
+    if (!seen.insert(p.get()).second) continue;
+    g[p.dim() >= 2 ? 0 : 1].params.push_back(p);
+  }
+  if (g[1].params.empty()) g.pop_back();
+  if (g[0].params.empty()) g.erase(g.begin());
+  return g;
+}
 
 /// The parameter list and the operations every optimizer has in common.
 /// \tparam T element type of the parameters

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <concepts>
+#include <cstdint>
 #include <vector>
 
 #include "trainkit/nn/module.hpp"
@@ -50,6 +51,13 @@ concept step_model = requires {
   typename M::device_type;
 }
 &&std::derived_from<M, nn::module<typename M::value_type, typename M::device_type>>;
+
+/// A step_model whose forward takes integer token ids (tensor<int64, Device>, e.g. [B, T]) - a
+/// language model with nn::embedding first. train_step and evaluate run it on token batches.
+template <class M>
+concept token_model = step_model<M> && requires(M& m, const tensor<std::int64_t, typename M::device_type>& t) {
+  { m.forward(t) } -> std::convertible_to<autograd::var<typename M::value_type, typename M::device_type>>;
+};
 
 /// An optimizer train_step can drive: optim::optimizer plus params() (the scaler unscales them and
 /// clipping reads them).

@@ -13,15 +13,20 @@
 // running statistics); its previous mode is restored afterwards, also when the forward throws.
 // Predictions are compared with the labels and counted on the model's device: one number comes
 // back to the host per call, not a vector per batch.
+//
+// A language model (train::token_model) is evaluated the same way on int64 token ids [B, T] with
+// next-token labels [B, T]: accuracy and mean loss are then per token.
 #pragma once
 
 #include <concepts>  // std::convertible_to
 #include <cstdint>   // std::int64_t
 #include <limits>    // quiet_NaN
+#include <type_traits>
 #include <utility>   // std::forward
 #include <vector>
 
 #include "trainkit/autograd/grad_mode.hpp"  // no_grad
+#include "trainkit/autograd/ops/shape.hpp"  // reshape: per-token logits flattened
 #include "trainkit/autograd/var.hpp"        // var
 #include "trainkit/config.hpp"              // TRAINKIT_HD
 #include "trainkit/core/error.hpp"          // shape_error, TRAINKIT_CHECK
@@ -38,11 +43,14 @@ namespace trainkit::train {
 struct plain_forward {
   template <class Model, class X>
   auto operator()(Model& m, const X& x) const {
-    return m(x);
+    if constexpr (requires { m(x); })
+      return m(x);
+    else
+      return m.forward(x);  // a token model whose operator() is the base class's (var) one
   }
 };
 
-/// Correctly classified samples out of the samples seen.
+/// Correctly classified samples (tokens, for per-token labels) out of those seen.
 struct eval_counts {
   std::int64_t correct = 0;
   std::int64_t total = 0;
@@ -52,8 +60,8 @@ struct eval_counts {
 
 /// Accuracy and mean loss over the samples seen.
 struct eval_result : eval_counts {
-  double loss_sum = 0.0;  ///< sum over the batches of (mean loss of the batch) x (its samples)
-  /// The mean loss per sample (NaN for no samples).
+  double loss_sum = 0.0;  ///< sum over the batches of (mean loss of the batch) x (its labels)
+  /// The mean loss per sample - per token for per-token labels (NaN for none).
   double mean_loss() const noexcept {
     return total ? loss_sum / double(total) : std::numeric_limits<double>::quiet_NaN();
   }
@@ -78,12 +86,13 @@ struct equal_one {
   }
 };
 
-/// Inputs [N, ...] with labels [N], else a shape_error.
-template <class Dx, class Dy>
-void check_labels(const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y) {
-  TRAINKIT_CHECK(x.dim() >= 1 && y.dim() == 1 && y.size(0) == x.size(0), shape_error, "train::accuracy",
-                 "expected inputs [N, ...] and labels [N]; got inputs " << to_string(x.sizes()) << ", labels "
-                                                                        << to_string(y.sizes()));
+/// Inputs [N, ...] with labels [N] (one class per sample) or [N, T, ...] (one per token), else a
+/// shape_error.
+template <class X, class Dx, class Dy>
+void check_labels(const tensor<X, Dx>& x, const tensor<std::int64_t, Dy>& y) {
+  TRAINKIT_CHECK(x.dim() >= 1 && y.dim() >= 1 && y.size(0) == x.size(0), shape_error, "train::accuracy",
+                 "expected inputs [N, ...] and labels [N] or [N, T, ...]; got inputs "
+                     << to_string(x.sizes()) << ", labels " << to_string(y.sizes()));
 }
 
 /// Eval mode and no graph for the lifetime of the object, then the model's previous mode.
@@ -101,27 +110,45 @@ class eval_scope {
   autograd::no_grad no_grad_;
 };
 
-/// One batch scored: the logits [B, classes] and the labels [B], both on the model's device.
+/// One batch scored: the logits [M, classes] and the labels [M], both on the model's device (M:
+/// the batch's samples, or its tokens for labels [B, T, ...]).
 template <class D>
 struct scored_batch {
   autograd::var<float, D> logits;
   tensor<std::int64_t, D> labels;
 };
 
-/// Runs the model on a batch and adds to `correct` (a one-element tensor on the model's device)
-/// how many rows of `x` it classifies as `y` says; returns what it scored, for a loss.
-template <class Model, class Forward, class Dx, class Dy>
-scored_batch<typename Model::device_type> score_batch(Model& model, Forward& forward, const tensor<float, Dx>& x,
+/// Runs the model on a batch - float inputs as a var, int64 token ids as they are (a
+/// train::token_model) - and adds to `correct` (a one-element tensor on the model's device) how
+/// many of its predictions are as `y` says: one per sample for labels [B] and logits [B, classes],
+/// one per token for labels [B, T, ...] and logits [B, T, ..., classes]. Returns what it scored,
+/// flattened to [M, classes] and [M], for a loss.
+template <class Model, class Forward, class X, class Dx, class Dy>
+scored_batch<typename Model::device_type> score_batch(Model& model, Forward& forward, const tensor<X, Dx>& x,
                                                       const tensor<std::int64_t, Dy>& y,
                                                       tensor<std::int64_t, typename Model::device_type>& correct) {
   using D = typename Model::device_type;
+  static_assert(std::is_same_v<X, float> || std::is_same_v<X, std::int64_t>,
+                "train::evaluate: inputs are float (a var) or int64 token ids");
   check_labels(x, y);
-  auto logits = forward(model, autograd::var<float, D>(x.template to<D>().contiguous()));  // [B, classes]
-  TRAINKIT_CHECK(logits.dim() == 2 && logits.size(0) == x.size(0), shape_error, "train::accuracy",
-                 "expected logits [" << x.size(0) << ", classes], got " << to_string(logits.sizes()));
+  autograd::var<float, D> logits;
+  if constexpr (std::is_same_v<X, std::int64_t>)
+    logits = forward(model, x.template to<D>().contiguous());
+  else
+    logits = forward(model, autograd::var<float, D>(x.template to<D>().contiguous()));
+  bool ok = logits.dim() == y.dim() + 1;
+  for (std::size_t i = 0; ok && i < y.dim(); ++i) ok = logits.size(index_t(i)) == y.size(index_t(i));
+  TRAINKIT_CHECK(ok, shape_error, "train::accuracy",
+                 "expected logits " << to_string(y.sizes()).substr(0, to_string(y.sizes()).size() - 1)
+                                    << ", classes] for labels " << to_string(y.sizes()) << ", got "
+                                    << to_string(logits.sizes()));
   auto labels = y.template to<D>().contiguous();
-  const auto pred = argmax(logits.value(), 1);                  // [B] class indices
-  const auto hits = map(equal_one{}, pred, labels);             // [B] 1 where right
+  if (y.dim() > 1) {
+    logits = autograd::reshape(logits, {y.numel(), logits.size(-1)});
+    labels = labels.reshape({y.numel()});
+  }
+  const auto pred = argmax(logits.value(), 1);                  // [M] class indices
+  const auto hits = map(equal_one{}, pred, labels);             // [M] 1 where right
   apply_(functors::add{}, correct, sum(hits));                  // stays on the device
   return {std::move(logits), std::move(labels)};
 }
@@ -133,8 +160,8 @@ scored_batch<typename Model::device_type> score_batch(Model& model, Forward& for
 /// on the model's device; each batch goes to the model's device.
 /// \tparam Model an nn::module (device_type, is_training(), eval(), train(bool)) that forward runs
 /// \tparam Forward forward(model, var) -> logits [B, classes]
-template <class Model, class Forward = plain_forward, class Dx, class Dy>
-eval_counts count_correct(Model& model, const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y,
+template <class Model, class Forward = plain_forward, class X, class Dx, class Dy>
+eval_counts count_correct(Model& model, const tensor<X, Dx>& x, const tensor<std::int64_t, Dy>& y,
                           Forward forward = {}, index_t batch = 1000) {
   TRAINKIT_CHECK(batch >= 1, value_error, "train::accuracy", "batch must be >= 1, got " << batch);
   detail::check_labels(x, y);
@@ -144,7 +171,7 @@ eval_counts count_correct(Model& model, const tensor<float, Dx>& x, const tensor
     const index_t end = i + batch < x.size(0) ? i + batch : x.size(0);
     detail::score_batch(model, forward, x.slice(0, i, end), y.slice(0, i, end), correct);
   }
-  return {correct.item(), x.size(0)};  // the one read-back (waits for the device)
+  return {correct.item(), y.numel()};  // the one read-back (waits for the device)
 }
 
 /// Counts over every batch of a range (a data_loader: call set_epoch first, a finished pass
@@ -156,14 +183,14 @@ eval_counts count_correct(Model& model, Batches&& batches, Forward forward = {})
   std::int64_t total = 0;
   for (auto&& b : batches) {
     detail::score_batch(model, forward, b.x, b.y, correct);
-    total += b.x.size(0);
+    total += b.y.numel();
   }
   return {correct.item(), total};
 }
 
 /// Share of the rows of x [N, ...] classified as y [N] says (count_correct(...).accuracy()).
-template <class Model, class Forward = plain_forward, class Dx, class Dy>
-double accuracy(Model& model, const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y,
+template <class Model, class Forward = plain_forward, class X, class Dx, class Dy>
+double accuracy(Model& model, const tensor<X, Dx>& x, const tensor<std::int64_t, Dy>& y,
                 Forward forward = {}, index_t batch = 1000) {
   return count_correct(model, x, y, std::move(forward), batch).accuracy();
 }
@@ -188,9 +215,11 @@ struct add_weighted {
 /// Accuracy and mean loss of the model over every batch of a range (a data_loader: call set_epoch
 /// first), in eval mode without a graph (the previous mode is restored), under `forward` (e.g.
 /// amp::module_forward<P>: the precision policy the model trains with). loss(logits, labels) is a
-/// mean over the batch, as autograd::cross_entropy; the result weighs each batch by its samples,
-/// so mean_loss() is the mean per sample. Two numbers come back to the host per call.
-/// \tparam Loss loss(var<float, D> logits [B, classes], tensor<int64, D> labels [B]) -> scalar var
+/// mean over the batch, as autograd::cross_entropy; the result weighs each batch by its labels,
+/// so mean_loss() is the mean per sample - per token for labels [B, T] (a language model's nats per
+/// token), where logits and labels reach loss flattened to [B T, classes] and [B T]. Two numbers
+/// come back to the host per call.
+/// \tparam Loss loss(var<float, D> logits [M, classes], tensor<int64, D> labels [M]) -> scalar var
 template <class Model, labelled_batch_range Batches, class Loss, class Forward = plain_forward>
 eval_result evaluate(Model& model, Batches&& batches, Loss loss, Forward forward = {}) {
   using D = typename Model::device_type;
@@ -203,8 +232,8 @@ eval_result evaluate(Model& model, Batches&& batches, Loss loss, Forward forward
     const auto l = loss(scored.logits, scored.labels).value();
     TRAINKIT_CHECK(l.numel() == 1, shape_error, "train::evaluate",
                    "the loss must be one number (a mean over the batch), got sizes " << to_string(l.sizes()));
-    apply_(detail::add_weighted{static_cast<float>(b.x.size(0))}, loss_sum, l.reshape({}));
-    total += b.x.size(0);
+    apply_(detail::add_weighted{static_cast<float>(b.y.numel())}, loss_sum, l.reshape({}));
+    total += b.y.numel();
   }
   eval_result r;
   r.correct = correct.item();
@@ -214,13 +243,13 @@ eval_result evaluate(Model& model, Batches&& batches, Loss loss, Forward forward
 }
 
 /// evaluate() over x [N, ...] and y [N] on the host or the model's device, `batch` rows at a time.
-template <class Model, class Loss, class Forward = plain_forward, class Dx, class Dy>
-eval_result evaluate(Model& model, const tensor<float, Dx>& x, const tensor<std::int64_t, Dy>& y, Loss loss,
+template <class Model, class Loss, class Forward = plain_forward, class X, class Dx, class Dy>
+eval_result evaluate(Model& model, const tensor<X, Dx>& x, const tensor<std::int64_t, Dy>& y, Loss loss,
                      Forward forward = {}, index_t batch = 1000) {
   TRAINKIT_CHECK(batch >= 1, value_error, "train::evaluate", "batch must be >= 1, got " << batch);
   detail::check_labels(x, y);
   struct slice_batch {
-    tensor<float, Dx> x;
+    tensor<X, Dx> x;
     tensor<std::int64_t, Dy> y;
   };
   std::vector<slice_batch> batches;

@@ -179,6 +179,7 @@ class train_step {
   using Device = typename Model::device_type;
   using var_type = autograd::var<T, Device>;
   using tensor_type = tensor<T, Device>;
+  using index_tensor = tensor<std::int64_t, Device>;  ///< token ids
   using norm_tensor_type = tensor<backend::multi_tensor_acc_t<T>, Device>;
 
   /// Single process (an empty Parallel policy such as no_parallel).
@@ -232,13 +233,29 @@ class train_step {
       y = amp::forward<Precision>(*model_, x);
     else
       y = checkpoint::apply_recompute(recompute_, *model_, x, amp::module_forward<Precision>{});
-    if constexpr (Precision::is_mixed) {
-      TRAINKIT_CHECK(autograd::autocast_op_count() != before, usage_error, "train_step",
-                     "mixed precision " << Precision::name << " was requested, but no op of the model (" << model_name()
-                                        << ") ran in " << Precision::name
-                                        << ": its forward reached no linear, matmul or conv2d of trainkit::autograd "
-                                           "(GEMMs on raw tensors stay fp32); train it with amp::fp32");
+    check_mixed_ran(before);
+    return y;
+  }
+
+  /// The output of a model of token ids (train::token_model: e.g. nn::embedding first) for
+  /// tokens [B, T] (int64, on the host or the model's device; an id out of range is an index_error
+  /// naming it, from the embedding). A recompute policy other than store_all needs the model to
+  /// name its segments after embed(tokens) (checkpoint::segmented_token_module).
+  var_type forward(const index_tensor& tokens)
+    requires token_model<Model>
+  {
+    const auto before = autograd::autocast_op_count();
+    const index_tensor t = tokens.template to<Device>();
+    var_type y;
+    if constexpr (std::same_as<Recompute, checkpoint::store_all>) {
+      y = amp::forward<Precision>(*model_, t);
+    } else {
+      static_assert(checkpoint::segmented_token_module<Model>,
+                    "train_step: a recompute policy other than store_all on token inputs needs a model with "
+                    "embed(tokens) and segments() (checkpoint::segmented_token_module)");
+      y = checkpoint::apply_recompute(recompute_, *model_, t, amp::module_forward<Precision>{});
     }
+    check_mixed_ran(before);
     return y;
   }
 
@@ -247,6 +264,49 @@ class train_step {
   template <class LossFn>
   requires std::invocable<LossFn&, const var_type&> step_result operator()(const var_type& x,
                                                                            LossFn&& loss_fn) {
+    return step(x, loss_fn);
+  }
+  /// One micro-batch of token ids [B, T] (a train::token_model; see forward(tokens)).
+  template <class LossFn>
+    requires std::invocable<LossFn&, const var_type&> && token_model<Model>
+  step_result operator()(const index_tensor& tokens, LossFn&& loss_fn) {
+    return step(tokens, loss_fn);
+  }
+  /// One step on a tensor input (wrapped as a leaf that needs no gradient).
+  template <class LossFn>
+  requires std::invocable<LossFn&, const var_type&> step_result operator()(const tensor_type& x,
+                                                                           LossFn&& loss_fn) {
+    return (*this)(var_type(x), std::forward<LossFn>(loss_fn));
+  }
+
+  Model& model() noexcept { return *model_; }
+  Optimizer& optimizer() noexcept { return *opt_; }
+  Scaler& scaler() noexcept { return scaler_; }
+  const Scaler& scaler() const noexcept { return scaler_; }
+  Recompute& recompute() noexcept { return recompute_; }
+  Parallel& parallel() noexcept { return parallel_.get(); }
+  const train_step_options& options() const noexcept { return options_; }
+
+  /// Whether the next call begins an optimizer step (no micro-batch is accumulated). Snapshots
+  /// (model, optimizer, scaler, schedule) must be taken here: the gradients accumulated so far
+  /// and the count of micro-batches are in no state dict, so a snapshot taken mid-step would
+  /// resume with a step of the wrong size.
+  bool at_step_boundary() const noexcept { return micro_ == 0; }
+  /// Micro-batches accumulated toward the next optimizer step: 0 .. accumulation_steps - 1.
+  int micro_step() const noexcept { return micro_; }
+
+  /// The last call's loss (unscaled, not divided by accumulation_steps) as a 0-d tensor on the
+  /// model's device: reading it (item()) is the caller's choice when read_loss is false.
+  const tensor_type& last_loss() const noexcept { return last_loss_; }
+  /// The gradient norm before clipping of the last step as a 0-d tensor on the device; undefined
+  /// when the last call did not clip, or when the norm was read into step_result::grad_norm on a
+  /// device that does not clip on the device (the host).
+  const norm_tensor_type& last_grad_norm() const noexcept { return last_grad_norm_; }
+
+ private:
+  /// One micro-batch on x (a var, or token ids) - the body of operator().
+  template <class Input, class LossFn>
+  step_result step(const Input& x, LossFn& loss_fn) {
     const auto t0 = std::chrono::steady_clock::now();
     const int k = options_.accumulation_steps;
     step_result r;
@@ -323,38 +383,18 @@ class train_step {
     }
     return r;
   }
-  /// One step on a tensor input (wrapped as a leaf that needs no gradient).
-  template <class LossFn>
-  requires std::invocable<LossFn&, const var_type&> step_result operator()(const tensor_type& x,
-                                                                           LossFn&& loss_fn) {
-    return (*this)(var_type(x), std::forward<LossFn>(loss_fn));
+
+  /// The mixed-precision check of forward (before: the autocast op count before it).
+  void check_mixed_ran([[maybe_unused]] std::uint64_t before) const {
+    if constexpr (Precision::is_mixed) {
+      TRAINKIT_CHECK(autograd::autocast_op_count() != before, usage_error, "train_step",
+                     "mixed precision " << Precision::name << " was requested, but no op of the model (" << model_name()
+                                        << ") ran in " << Precision::name
+                                        << ": its forward reached no linear, matmul or conv2d of trainkit::autograd "
+                                           "(GEMMs on raw tensors stay fp32); train it with amp::fp32");
+    }
   }
 
-  Model& model() noexcept { return *model_; }
-  Optimizer& optimizer() noexcept { return *opt_; }
-  Scaler& scaler() noexcept { return scaler_; }
-  const Scaler& scaler() const noexcept { return scaler_; }
-  Recompute& recompute() noexcept { return recompute_; }
-  Parallel& parallel() noexcept { return parallel_.get(); }
-  const train_step_options& options() const noexcept { return options_; }
-
-  /// Whether the next call begins an optimizer step (no micro-batch is accumulated). Snapshots
-  /// (model, optimizer, scaler, schedule) must be taken here: the gradients accumulated so far
-  /// and the count of micro-batches are in no state dict, so a snapshot taken mid-step would
-  /// resume with a step of the wrong size.
-  bool at_step_boundary() const noexcept { return micro_ == 0; }
-  /// Micro-batches accumulated toward the next optimizer step: 0 .. accumulation_steps - 1.
-  int micro_step() const noexcept { return micro_; }
-
-  /// The last call's loss (unscaled, not divided by accumulation_steps) as a 0-d tensor on the
-  /// model's device: reading it (item()) is the caller's choice when read_loss is false.
-  const tensor_type& last_loss() const noexcept { return last_loss_; }
-  /// The gradient norm before clipping of the last step as a 0-d tensor on the device; undefined
-  /// when the last call did not clip, or when the norm was read into step_result::grad_norm on a
-  /// device that does not clip on the device (the host).
-  const norm_tensor_type& last_grad_norm() const noexcept { return last_grad_norm_; }
-
- private:
   std::string model_name() const {
     if constexpr (requires { model_->type_name(); })
       return std::string(model_->type_name());
