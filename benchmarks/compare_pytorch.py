@@ -19,6 +19,7 @@ torch.nn.functional.scaled_dot_product_attention on the same shapes (issue goal:
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -210,9 +211,8 @@ def attention_round(bench, threads):
             for (t, c) in sorted(pt)}
 
 
-def print_attention(rounds, threads):
-    print(f"threads: {threads}  rounds: {len(rounds)}; scaled_dot_product_attention fp32 forward + backward, "
-          f"[4, 8, T, 64]; median (min-max) over the rounds")
+def print_rounds(rounds):
+    """Rows of (trainkit ms, pytorch ms, ratio) per key: median (min-max) over the rounds."""
     print(f"{'':<16}{'trainkit ms':>25}{'pytorch ms':>25}{'tk/pt':>25}")
     for key in rounds[0]:
         cells = []
@@ -221,6 +221,28 @@ def print_attention(rounds, threads):
             med = v[len(v) // 2]
             cells.append(f"{med:.2f} ({v[0]:.2f}-{v[-1]:.2f})" if len(v) > 1 else f"{med:.2f}")
         print(f"{key:<16}" + "".join(f"{c:>25}" for c in cells))
+
+
+def print_attention(rounds, threads):
+    print(f"threads: {threads}  rounds: {len(rounds)}; scaled_dot_product_attention fp32 forward + backward, "
+          f"[4, 8, T, 64]; median (min-max) over the rounds")
+    print_rounds(rounds)
+
+
+def gpt_round(build, steps):
+    """Median step ms of examples/gpt_char and benchmarks/gpt_char_pytorch.py (same model and
+    data), fp32 and bf16, run one after the other."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = {}
+    for prec in ("fp32", "bf16"):
+        common = ["--steps", str(steps), "--eval-every", str(steps), "--precision", prec]
+        ms = []
+        for cmd in ([os.path.join(build, "examples", "gpt_char"), "--sample-chars", "0"] + common,
+                    [sys.executable, os.path.join(here, "gpt_char_pytorch.py")] + common):
+            text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            ms.append(float(re.search(r"median step ([0-9.]+) ms", text).group(1)))
+        out[f"gpt {prec}"] = (ms[0], ms[1], ms[0] / ms[1])
+    return out
 
 
 def cpu_line():
@@ -248,9 +270,17 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", action="store_true", help="fp32/bf16/fp16 train_step rows against autocast")
     ap.add_argument("--attention", action="store_true", help="scaled_dot_product_attention against torch's")
+    ap.add_argument("--gpt", action="store_true", help="the GPT example's training step against PyTorch's")
+    ap.add_argument("--gpt-steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
     bench = os.path.join(a.build, "benchmarks")
+    if a.gpt:
+        rounds = [gpt_round(a.build, a.gpt_steps) for _ in range(a.rounds)]
+        print(f"examples/gpt_char (4 layers, 128 wide, context 64, batch 32) against gpt_char_pytorch.py: "
+              f"median step over {a.gpt_steps} steps; median (min-max) over {len(rounds)} rounds")
+        print_rounds(rounds)
+        return 0
     if a.attention:
         print_attention([attention_round(bench, a.threads) for _ in range(a.rounds)], a.threads)
         return 0

@@ -1,6 +1,6 @@
 // gpt_char - a GPT-style character-level language model trained on a text file.
 //
-//   build/examples/gpt_char [--text FILE[,FILE...]] [--steps 2000] [--batch 32] [--context 64]
+//   [mpirun -np N] build/examples/gpt_char [--text FILE[,FILE...]] [--steps 2000] [--batch 32] [--context 64]
 //       [--layers 4] [--embd 128] [--heads 4] [--dropout 0.0] [--lr 0.001] [--weight-decay 0.1]
 //       [--clip 1.0] [--precision fp32|bf16|fp16] [--checkpoint none|sqrt|every:N]
 //       [--snapshot-dir DIR [--resume 0|1|auto] [--snapshot-every N]] [--eval-every N] [--sample-chars N]
@@ -15,7 +15,10 @@
 // policies of the command line. The recompute policy splits at the half-blocks (attention and MLP
 // are segments of their own), so --checkpoint every:1 keeps only the residual stream between them.
 // Every --eval-every steps: the validation loss in nats per character. At the end: a sample of
-// --sample-chars characters generated from the trained model. benchmarks/gpt_char_pytorch.py
+// --sample-chars characters generated from the trained model. Under mpirun every process is a
+// data-parallel rank (parallel::data_parallel over dist::mpi): each takes its own shard of the
+// shuffled windows, --batch of them per step, and the gradients are averaged bucket by bucket while
+// backward runs; rank 0 prints and writes the snapshots. Without mpirun it is a world of one. benchmarks/gpt_char_pytorch.py
 // trains the same model (configuration, data split, initialisation scheme) in PyTorch.
 //
 // Reading order: gpt (the model) top to bottom, then train<Precision, Recompute>(), then main().
@@ -29,6 +32,8 @@
 #include <variant>
 #include <vector>
 
+#include <trainkit/dist/mpi.hpp>  // dist::mpi: the ranks of a data-parallel job
+#include <trainkit/parallel/data_parallel.hpp>
 #include <trainkit/train/train.hpp>
 #include <trainkit/trainkit.hpp>
 
@@ -213,11 +218,18 @@ std::string read_texts(const std::string& list) {
 }
 
 template <class Precision, class Recompute>
-int train(const example::flags& f, Recompute recompute) {
+int train(tk::dist::mpi& comm, const example::flags& f, Recompute recompute) {
+  const int rank = comm.rank(), world = comm.size();
+  auto say = [&](const char* fmt, auto... args) {  // rank 0 speaks for all
+    if (rank != 0) return;
+    std::printf(fmt, args...);
+    std::fflush(stdout);
+  };
   const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
   const index_t steps = f.num("steps", 1), batch = f.num("batch", 1), eval_every = f.num("eval-every", 1);
   const double lr = f.real("lr", 0), weight_decay = f.real("weight-decay", 0), clip = f.real("clip", 0);
   const index_t snapshot_every = f.num("snapshot-every", 0), sample_chars = f.num("sample-chars", 0);
+  const index_t stop_after = f.num("stop-after", 0);  // steps of this run, then stop as on a signal
   gpt_config c;
   c.context = f.num("context", 1), c.layers = f.num("layers", 1), c.embd = f.num("embd", 1);
   c.heads = f.num("heads", 1), c.dropout = f.real("dropout", 0, 1);
@@ -232,17 +244,24 @@ int train(const example::flags& f, Recompute recompute) {
   const index_t split = ids.numel() * 9 / 10;
   const tk::data::token_windows train_set(ids.slice(0, 0, split), c.context, 1);
   const tk::data::token_windows val_set(ids.slice(0, split, ids.numel()), c.context);
-  std::printf("text: %zu characters, vocabulary %lld; train %lld, validation %lld characters\n", text.size(),
-              (long long)c.vocab, (long long)split, (long long)(ids.numel() - split));
-  tk::data::data_loader batches(train_set, tk::data::shuffled_sampler(train_set.size(), seed),
-                                {.batch_size = batch, .num_workers = 1, .drop_last = true});
+  say("text: %zu characters, vocabulary %lld; train %lld, validation %lld characters\n", text.size(),
+      (long long)c.vocab, (long long)split, (long long)(ids.numel() - split));
+  // Every rank shuffles alike and takes every world-th window from its rank on (its shard).
+  tk::data::distributed_sampler shard(train_set.size(),
+                                      {.num_replicas = world, .rank = rank, .seed = seed, .drop_last = true});
+  tk::data::data_loader batches(train_set, shard, {.batch_size = batch, .num_workers = 1, .drop_last = true});
   tk::data::data_loader val_batches(val_set, tk::data::sequential_sampler(val_set.size()), {.batch_size = 64});
 
-  tk::generator init_gen(seed);
-  gpt model(c, init_gen);
-  std::printf("model: %lld layers, %lld embedding, %lld heads, context %lld; %lld parameters\n", (long long)c.layers,
-              (long long)c.embd, (long long)c.heads, (long long)c.context, (long long)model.num_parameters());
-  std::printf("%s\n", example::threads_line().c_str());
+  // The model: the same initialisation on every rank (data_parallel checks it and broadcasts rank
+  // 0's); then its generator, which the dropout layers draw from, goes on per rank.
+  tk::generator gen(seed);
+  gpt model(c, gen);
+  tk::parallel::data_parallel<tk::dist::mpi, tk::compression::none, float, tk::cpu> ddp(comm, model);
+  gen.set_state(seed * 1000 + std::uint64_t(rank), 0);
+  say("model: %lld layers, %lld embedding, %lld heads, context %lld; %lld parameters; %d rank(s) x batch %lld\n",
+      (long long)c.layers, (long long)c.embd, (long long)c.heads, (long long)c.context,
+      (long long)model.num_parameters(), world, (long long)batch);
+  say("%s\n", example::threads_line().c_str());
 
   tk::optim::adamw opt(tk::optim::decay_groups(model.named_parameters(), weight_decay),
                        {.lr = lr, .beta2 = 0.99, .weight_decay = weight_decay});
@@ -250,8 +269,8 @@ int train(const example::flags& f, Recompute recompute) {
       {.base_lr = lr, .warmup_steps = std::min<index_t>(100, steps / 10), .total_steps = steps, .min_lr = lr / 10});
   schedule.apply(opt);
   using scaler_t = tk::amp::default_scaler_t<Precision>;
-  tk::train::train_step<gpt, decltype(opt), Precision, scaler_t, Recompute> step(
-      model, opt, {.max_grad_norm = clip}, scaler_t(), recompute);
+  tk::train::train_step<gpt, decltype(opt), Precision, scaler_t, Recompute, decltype(ddp)> step(
+      model, opt, ddp, {.max_grad_norm = clip}, scaler_t(), recompute);
   step.attach_schedule(schedule);
 
   tk::io::resumable_run run({.dir = f.str("snapshot-dir"),
@@ -259,10 +278,15 @@ int train(const example::flags& f, Recompute recompute) {
                              .config = {{"model", example::signature(model)}, {"batch", f.str("batch")},
                                         {"seed", f.str("seed")}, {"lr", f.str("lr")}, {"steps", f.str("steps")},
                                         {"precision", f.str("precision")}, {"text", f.str("text")}},
-                             .every_steps = snapshot_every});
+                             .every_steps = snapshot_every,
+                             .rank = rank, .world_size = world, .any_rank = tk::io::any_rank_of(comm),
+                             .allgather_bytes = tk::io::allgather_bytes_of(comm)},
+                            /*include_default_generator=*/false);
   run.track("model", model).track("optimizer", opt).track("schedule", schedule).track("scaler", step.scaler())
       .track("batches", batches);
+  run.track_per_rank("rng.dropout", gen);
   run.resume();
+  const std::int64_t first_step = run.step();
 
   auto validate = [&] {
     val_batches.set_epoch(0);
@@ -278,20 +302,21 @@ int train(const example::flags& f, Recompute recompute) {
     if (!batches.has_next()) batches.set_epoch(batches.epoch() + 1);
     const auto b = batches.next();
     const auto r = step(b.x, [&](const var& logits) { return next_token_loss(logits, b.y); });
-    loss_sum += r.loss, ++since;
+    loss_sum += r.loss / world, ++since;
+    if (stop_after > 0 && run.step() + 1 - first_step == stop_after) run.request_stop();  // on every rank
     step_seconds.push_back(r.seconds);
     const bool stop = run.step_done();
     const auto k = index_t(run.step());
     if (k % eval_every == 0 || k == steps) {
-      const auto v = validate();
-      std::printf("step %lld  train loss %.4f  val loss %.4f nats/char  val accuracy %.1f%%  %.0f chars/s\n",
-                  (long long)k, loss_sum / double(since), v.mean_loss(), 100 * v.accuracy(),
-                  double(since * batch * c.context) / clock.seconds());
-      std::fflush(stdout);
+      comm.allreduce(&loss_sum, 1, tk::dist::reduce_op::sum).wait();  // the mean over all ranks' batches
+      const auto v = validate();  // every rank holds the same model: the same figures
+      say("step %lld  train loss %.4f  val loss %.4f nats/char  val accuracy %.1f%%  %.0f chars/s\n", (long long)k,
+          loss_sum / double(since), v.mean_loss(), 100 * v.accuracy(),
+          double(since * batch * c.context * world) / clock.seconds());
       loss_sum = 0, since = 0, clock = example::stopwatch();
     }
     if (stop) {
-      std::printf("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(model));
+      say("stopped  parameters digest %016llx\n", (unsigned long long)example::digest(model));
       return example::exit_restart;
     }
   }
@@ -299,46 +324,63 @@ int train(const example::flags& f, Recompute recompute) {
   if (step_seconds.size() >= 10) {  // the first tenth (warm-up: allocations, route measurements) left out
     std::vector<double> late(step_seconds.begin() + std::ptrdiff_t(step_seconds.size() / 10), step_seconds.end());
     std::nth_element(late.begin(), late.begin() + std::ptrdiff_t(late.size() / 2), late.end());
-    std::printf("median step %.2f ms, peak tensor memory %.1f MiB\n", 1e3 * late[late.size() / 2],
-                double(tk::allocator<tk::cpu>::stats().peak) / (1 << 20));
+    say("median step %.2f ms, peak tensor memory %.1f MiB\n", 1e3 * late[late.size() / 2],
+        double(tk::allocator<tk::cpu>::stats().peak) / (1 << 20));
   }
-  if (sample_chars > 0) {
+  if (sample_chars > 0 && rank == 0) {
     tk::generator sample_gen(seed + 1);
-    std::printf("sample:\n%s\n", generate(model, vocab, "\n", sample_chars, sample_gen).c_str());
+    say("sample:\n%s\n", generate(model, vocab, "\n", sample_chars, sample_gen).c_str());
   }
-  if (const std::string w = example::wait_line(); !w.empty()) std::printf("%s\n", w.c_str());
-  std::printf("done  parameters digest %016llx\n", (unsigned long long)example::digest(model));
+  if (const std::string w = example::wait_line(); !w.empty()) say("%s\n", w.c_str());
+  say("done  parameters digest %016llx\n", (unsigned long long)example::digest(model));
   return 0;
 }
 
 template <class Precision>
-int train_recompute(const example::flags& f, const tk::checkpoint::recompute_choice& r) {
+int train_recompute(tk::dist::mpi& comm, const example::flags& f, const tk::checkpoint::recompute_choice& r) {
   namespace ck = tk::checkpoint;
   switch (r.index()) {
-    case 0: return train<Precision>(f, std::get<ck::store_all>(r));
-    case 1: return train<Precision>(f, std::get<ck::sqrt_segments>(r));
-    default: return train<Precision>(f, std::get<ck::every_n>(r));
+    case 0: return train<Precision>(comm, f, std::get<ck::store_all>(r));
+    case 1: return train<Precision>(comm, f, std::get<ck::sqrt_segments>(r));
+    default: return train<Precision>(comm, f, std::get<ck::every_n>(r));
+  }
+}
+
+/// The job on this rank. An error is printed first: a failed peer (dist_error, naming it) exits
+/// 75, worth restarting; this rank's own error (a bad flag, an unreadable --text) ends every rank
+/// now instead of leaving them in their next collective until the timeout.
+int job(int argc, char** argv) {
+  tk::io::catch_stop_signals_early();  // a stop while MPI starts is still a snapshot and 75
+  tk::dist::mpi::environment env(argc, argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  try {
+    example::flags f(argc, argv,
+                     {{"text", "/usr/share/games/fortunes/fortunes,/usr/share/games/fortunes/literature,"
+                               "/usr/share/games/fortunes/riddles"},
+                      {"steps", "2000"}, {"batch", "32"}, {"context", "64"}, {"layers", "4"}, {"embd", "128"},
+                      {"heads", "4"}, {"dropout", "0"}, {"lr", "0.001"}, {"weight-decay", "0.1"}, {"clip", "1"},
+                      {"seed", "1"}, {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""},
+                      {"resume", "0"}, {"snapshot-every", "500"}, {"stop-after", "0"}, {"eval-every", "250"},
+                      {"sample-chars", "300"}});
+    tk::dist::mpi comm;
+    const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
+    switch (tk::amp::parse_precision(f.str("precision"))) {
+      case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(comm, f, recompute);
+      case tk::amp::precision_kind::fp16: return train_recompute<tk::amp::mixed_fp16>(comm, f, recompute);
+      case tk::amp::precision_kind::bf16: return train_recompute<tk::amp::mixed_bf16>(comm, f, recompute);
+    }
+    return 1;
+  } catch (const tk::dist::dist_error& e) {
+    std::fprintf(stderr, "gpt_char: rank %d: %s\n", rank, e.what());
+    return example::exit_restart;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt_char: rank %d: %s\n", rank, e.what());
+    std::fflush(stderr);
+    tk::dist::abort_job(1);
   }
 }
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  example::flags f(argc, argv,
-                   {{"text", "/usr/share/games/fortunes/fortunes,/usr/share/games/fortunes/literature,"
-                             "/usr/share/games/fortunes/riddles"},
-                    {"steps", "2000"}, {"batch", "32"}, {"context", "64"}, {"layers", "4"}, {"embd", "128"},
-                    {"heads", "4"}, {"dropout", "0"}, {"lr", "0.001"}, {"weight-decay", "0.1"}, {"clip", "1"},
-                    {"seed", "1"}, {"precision", "fp32"}, {"checkpoint", "none"}, {"snapshot-dir", ""},
-                    {"resume", "0"}, {"snapshot-every", "500"}, {"eval-every", "250"}, {"sample-chars", "300"}});
-  const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
-  switch (tk::amp::parse_precision(f.str("precision"))) {
-    case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);
-    case tk::amp::precision_kind::fp16: return train_recompute<tk::amp::mixed_fp16>(f, recompute);
-    case tk::amp::precision_kind::bf16: return train_recompute<tk::amp::mixed_bf16>(f, recompute);
-  }
-  return 1;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "gpt_char: %s\n", e.what());
-  return 1;
-}
+int main(int argc, char** argv) { return job(argc, argv); }
