@@ -94,11 +94,7 @@ template <class Device, class Compression, class Memory, class Comm>
 bool train_ddp(dist::mpi& comm, Comm& grads, const example::flags& f) {
   constexpr bool on_cpu = std::is_same_v<Device, tk::cpu>;
   const int rank = comm.rank(), world = comm.size();
-  auto say = [&](const char* fmt, auto... args) {  // rank 0 speaks for all
-    if (rank != 0) return;
-    std::printf(fmt, args...);
-    std::fflush(stdout);
-  };
+  auto say = [&](const char* fmt, auto... args) { example::say(rank, fmt, args...); };  // rank 0 speaks for all
 
   // The numeric flags, checked before any work: a bad value is an error naming the flag.
   const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));

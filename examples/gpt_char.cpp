@@ -220,11 +220,7 @@ std::string read_texts(const std::string& list) {
 template <class Precision, class Recompute>
 int train(tk::dist::mpi& comm, const example::flags& f, Recompute recompute) {
   const int rank = comm.rank(), world = comm.size();
-  auto say = [&](const char* fmt, auto... args) {  // rank 0 speaks for all
-    if (rank != 0) return;
-    std::printf(fmt, args...);
-    std::fflush(stdout);
-  };
+  auto say = [&](const char* fmt, auto... args) { example::say(rank, fmt, args...); };  // rank 0 speaks for all
   const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
   const index_t steps = f.num("steps", 1), batch = f.num("batch", 1), eval_every = f.num("eval-every", 1);
   const double lr = f.real("lr", 0), weight_decay = f.real("weight-decay", 0), clip = f.real("clip", 0);

@@ -195,6 +195,14 @@ inline std::string wait_line() {
   return s.str();
 }
 
+/// printf on rank 0 only (rank 0 speaks for a data-parallel job), flushed at once.
+template <class... A>
+void say(int rank, const char* fmt, A... args) {
+  if (rank != 0) return;
+  std::printf(fmt, args...);
+  std::fflush(stdout);
+}
+
 /// Seconds since construction.
 class stopwatch {
  public:

@@ -58,3 +58,53 @@ TEST_CASE("reductions", "[tensor][reduce]") {
   REQUIRE_THROWS_AS(argmax(tensor<float>::zeros({0}), 0), shape_error);
   REQUIRE_THROWS_AS(sum_to(g, {5}), shape_error);
 }
+
+TEST_CASE("column reductions (contiguous kept dim) fold each output in order, bit for bit", "[tensor][reduce]") {
+  // The tiled path: outputs contiguous along the innermost kept dim, reduced dims outside it.
+  for (const shape& s : {shape{300, 130}, shape{7, 33, 70}, shape{2049, 9}, shape{5, 4, 3, 65}}) {
+    INFO("sizes " << to_string(s));
+    const auto a = random_f(s, 11);
+    const index_t inner = s.back(), n_red = a.numel() / inner;
+    const auto v = a.to_vector();
+    std::vector<index_t> dims;
+    for (index_t d = 0; d + 1 < index_t(s.size()); ++d) dims.push_back(d);
+    // Every dim but the last reduced: out[j] = sum over k in row-major order of the reduced ones.
+    const auto got = sum(a, dims).to_vector();
+    const auto got_max = amax(a, dims).to_vector();
+    for (index_t j = 0; j < inner; ++j) {
+      float want = 0, want_max = -INFINITY;
+      for (index_t k = 0; k < n_red; ++k) {
+        want += v[std::size_t(k * inner + j)];
+        want_max = std::max(want_max, v[std::size_t(k * inner + j)]);
+      }
+      REQUIRE(got[std::size_t(j)] == want);
+      REQUIRE(got_max[std::size_t(j)] == want_max);
+    }
+    // argmax over the first dim of a 2-D view: the first index of the maximum, per column.
+    const auto flat = a.reshape({n_red, inner});
+    const auto am = argmax(flat, 0).to_vector();
+    for (index_t j = 0; j < inner; ++j) {
+      index_t best = 0;
+      for (index_t k = 1; k < n_red; ++k)
+        if (v[std::size_t(k * inner + j)] > v[std::size_t(best * inner + j)]) best = k;
+      REQUIRE(am[std::size_t(j)] == best);
+    }
+  }
+  // A reduced dim between kept ones, and a transposed (strided) input, still right.
+  const auto b = random_f({6, 5, 40}, 12);
+  const auto bv = b.to_vector();
+  const auto mid = sum(b, {1}).to_vector();
+  for (index_t i = 0; i < 6; ++i)
+    for (index_t j = 0; j < 40; ++j) {
+      float want = 0;
+      for (index_t k = 0; k < 5; ++k) want += bv[std::size_t((i * 5 + k) * 40 + j)];
+      REQUIRE(mid[std::size_t(i * 40 + j)] == want);
+    }
+  const auto t = sum(b.transpose(0, 2), {2}).to_vector();  // [40, 5, 6] summed over its last dim
+  for (index_t j = 0; j < 40; ++j)
+    for (index_t k = 0; k < 5; ++k) {
+      float want = 0;
+      for (index_t i = 0; i < 6; ++i) want += bv[std::size_t((i * 5 + k) * 40 + j)];
+      REQUIRE(t[std::size_t(j * 5 + k)] == want);
+    }
+}

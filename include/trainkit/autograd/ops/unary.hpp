@@ -9,6 +9,7 @@
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/autograd/saved.hpp"
 #include "trainkit/backend/elementwise.hpp"  // the fused relu + bf16 save
+#include "trainkit/backend/gelu.hpp"         // GELU in vector lanes (the CPU)
 #include "trainkit/core/bfloat16.hpp"
 #include "trainkit/ops/elementwise.hpp"
 
@@ -159,8 +160,30 @@ var<T, D> relu(const var<T, D>& x) {
   y.set_precision(x.precision());
   return y;
 }
+namespace ops {
+/// GELU on a device with a backend::gelu kernel (the CPU, float): forward and backward in its
+/// vector lanes; x saved dense.
+template <class T, class D>
+struct gelu_kernel {
+  static constexpr std::string_view name = "gelu";
+  tensor<T, D> x;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
+    const tensor<T, D> g = grad.contiguous();
+    auto dx = tensor<T, D>::empty(x.sizes());
+    backend::gelu<D>::backward(x.numel(), g.data(), x.data(), dx.data());
+    return {dx};
+  }
+};
+}  // namespace ops
+
 template <class T, class D>
 var<T, D> gelu(const var<T, D>& x) {
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
+    const tensor<T, D> xv = x.value().contiguous();
+    auto y = tensor<T, D>::empty(xv.sizes());
+    backend::gelu<D>::forward(xv.numel(), xv.data(), y.data());
+    return record(ops::gelu_kernel<T, D>{xv}, std::move(y), x);
+  }
   return record(ops::pointwise<T, D, ::trainkit::functors::gelu_backward, ops::gelu_name>{x.value()},
                 trainkit::gelu(x.value()), x);
 }

@@ -23,46 +23,14 @@
 #include "trainkit/core/generator.hpp"  // bernoulli_at: the dropout stream
 #include "trainkit/core/wait_governor.hpp"  // start_wait_governor
 
-// The fp32 rows' exp and max take AVX2 + FMA where the CPU has them (chosen at run time): 8 lanes
-// of a Cephes-style exp (range reduction by ln 2, degree-6 polynomial, 2^n into the exponent;
-// within 2 ulp of std::exp, exactly 0 below ln(FLT_MIN) and for -inf, NaN kept).
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__)) && !defined(__CUDACC__)
-#define TRAINKIT_ATTENTION_AVX2 1
-#include <immintrin.h>
-#include "trainkit/backend/cpu/cpu_features.hpp"
-#else
-#define TRAINKIT_ATTENTION_AVX2 0
-#endif
+// The fp32 rows' exp and max take AVX2 + FMA where the CPU has them (chosen at run time; the
+// polynomial in backend/cpu/vector_math.hpp).
+#include "trainkit/backend/cpu/vector_math.hpp"
 
 namespace trainkit::backend {
 
 namespace detail {
-#if TRAINKIT_ATTENTION_AVX2
-[[gnu::target("avx2,fma")]] inline __m256 exp_avx2(__m256 x) {
-  const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
-  const __m256 tiny = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);  // exp underflows (and -inf): exactly 0
-  x = _mm256_min_ps(hi, _mm256_max_ps(lo, x));          // NaN kept: max/min return the second operand
-  const __m256 n = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f)));
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.3981999507e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(8.3334519073e-3f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(4.1665795894e-2f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(1.6666665459e-1f));
-  y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(5.0000001201e-1f));
-  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_andnot_ps(tiny, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
-}
-
-[[gnu::target("avx2,fma")]] inline float hsum_avx2(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
+#if TRAINKIT_CPU_VECTOR_MATH
 /// s[c] = exp(s[c] - m) for c < n; returns their sum.
 [[gnu::target("avx2,fma")]] inline float exp_shift_sum_avx2(float* s, index_t n, float m) {
   const __m256 vm = _mm256_set1_ps(m);
@@ -94,18 +62,18 @@ namespace detail {
 /// The rows of a score tile: max, and exp(s - m) in place with its sum.
 template <class T>
 T attention_row_max(const T* s, index_t n, T m) {
-#if TRAINKIT_ATTENTION_AVX2
+#if TRAINKIT_CPU_VECTOR_MATH
   if constexpr (std::is_same_v<T, float>)
-    if (cpu_features::current().avx2 && cpu_features::current().fma) return row_max_avx2(s, n, m);
+    if (has_avx2_fma()) return row_max_avx2(s, n, m);
 #endif
   for (index_t c = 0; c < n; ++c) m = std::max(m, s[c]);
   return m;
 }
 template <class T>
 T attention_exp_shift_sum(T* s, index_t n, T m) {
-#if TRAINKIT_ATTENTION_AVX2
+#if TRAINKIT_CPU_VECTOR_MATH
   if constexpr (std::is_same_v<T, float>)
-    if (cpu_features::current().avx2 && cpu_features::current().fma) return exp_shift_sum_avx2(s, n, m);
+    if (has_avx2_fma()) return exp_shift_sum_avx2(s, n, m);
 #endif
   T sum = 0;
   for (index_t c = 0; c < n; ++c) sum += (s[c] = std::exp(s[c] - m));

@@ -11,3 +11,4 @@
 #include "trainkit/backend/cpu/softmax.hpp"      // softmax, log_softmax
 #include "trainkit/backend/cpu/pool.hpp"         // max/avg pooling
 #include "trainkit/backend/cpu/attention.hpp"    // fused scaled dot-product attention
+#include "trainkit/backend/cpu/gelu.hpp"         // GELU in AVX2 lanes

@@ -1,6 +1,7 @@
 // trainkit/backend/cpu/reduce.hpp - reductions on the host, parallel over outputs (OpenMP).
 #pragma once
 
+#include <algorithm>  // std::min
 #include <vector>
 
 #include "trainkit/backend/reduce.hpp"
@@ -83,6 +84,40 @@ struct reduce<cpu> {
       A a = part[0];
       for (int t = 1; t < nt; ++t) a = r.merge(a, part[static_cast<std::size_t>(t)]);
       out[0] = r.template finish<Out>(a, n_red);
+      return;
+    }
+    if (!ksz.empty() && kin.back() == 1 && kout.back() == 1 && ksz.back() >= 8 && !rsz.empty()) {
+      // The outputs are contiguous along the innermost kept dim in the input too (a column sum:
+      // a bias gradient). A tile of them folds together, one reduced element after another, so the
+      // reads are unit-stride rows instead of strided columns; each output still folds its own
+      // elements in k order, as one at a time would.
+      constexpr index_t tile = 64;
+      const index_t inner = ksz.back(), per_row = (inner + tile - 1) / tile, items = n_out / inner * per_row;
+      const std::size_t nr = rsz.size();
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static) if (big)
+#endif
+      for (index_t item = 0; item < items; ++item) {
+        const index_t j0 = item % per_row * tile, len = std::min(tile, inner - j0);
+        index_t ioff, ooff;
+        outer_offsets(item / per_row * inner + j0, ioff, ooff);
+        using A = decltype(r.init());
+        A acc[tile];
+        for (index_t j = 0; j < len; ++j) acc[j] = r.init();
+        std::vector<index_t> idx(nr, 0);
+        index_t off = ioff;
+        for (index_t k = 0; k < n_red; ++k) {
+          const In* row = in + off;
+          for (index_t j = 0; j < len; ++j) acc[j] = r.step(acc[j], static_cast<C>(row[j]), k);
+          for (std::size_t d = nr; d-- > 0;) {  // the odometer over the reduced dims
+            off += rin[d];
+            if (++idx[d] < rsz[d]) break;
+            off -= idx[d] * rin[d];
+            idx[d] = 0;
+          }
+        }
+        for (index_t j = 0; j < len; ++j) out[ooff + j] = r.template finish<Out>(acc[j], n_red);
+      }
       return;
     }
 #if TRAINKIT_HAS_OPENMP
