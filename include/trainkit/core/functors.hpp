@@ -171,6 +171,9 @@ struct fill_value {
   TRAINKIT_HD A operator()(A) const {
     return A(s);
   }
+  /// With no operand: what fill_ assigns, without reading the destination (fresh memory may hold
+  /// any bytes - for bool, values that are not a bool at all).
+  TRAINKIT_HD S operator()() const { return s; }
 };
 
 // ---- binary -----------------------------------------------------------------------------

@@ -69,7 +69,7 @@ void copy_(tensor<T, Device>& dst, const tensor<T, Device>& src) {
 
 template <class T, class Device>
 void fill_(tensor<T, Device>& dst, T value) {
-  detail::launch(detail::update_fn<functors::fill_value<T>, T>{{value}}, dst);
+  detail::launch(detail::assign_fn<functors::fill_value<T>, T>{{value}}, dst);  // dst is written, never read
 }
 
 /// The same values as another element type (rounding to nearest even into half/bfloat16).
