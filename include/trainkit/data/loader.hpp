@@ -307,16 +307,15 @@ class data_loader {
         const index_t idx = order_[static_cast<std::size_t>(k * o_.batch_size + i)];
         TRAINKIT_CHECK(idx >= 0 && idx < n, index_error, "data_loader",
                        "the sampler gave index " << idx << " for a dataset of " << n << " samples");
-        bool transformed = false;
         if constexpr (std::is_same_v<input_type, float>) {  // images only (checked at construction)
           if (o_.transform) {
             dataset_.get(idx, scratch.data(), y + i * label_row_);
             o_.transform(scratch.data(), in_image_, x + i * out_row_,
                          sample_rng{o_.seed, epoch_, static_cast<std::uint64_t>(idx), 0});
-            transformed = true;
+            continue;
           }
         }
-        if (!transformed) dataset_.get(idx, x + i * out_row_, y + i * label_row_);
+        dataset_.get(idx, x + i * out_row_, y + i * label_row_);
       }
       out.data = std::move(r);
     } catch (...) {

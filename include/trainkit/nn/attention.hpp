@@ -115,7 +115,7 @@ class multi_head_attention : public module<T, Device> {
     std::vector<var_type> qkv;
     const var_type w = *in_proj_weight_, b = in_proj_bias_ ? *in_proj_bias_ : var_type();
     if (query.same(key) && key.same(value)) {  // self-attention: one GEMM for all three
-      const var_type packed = ag::view(ag::contiguous(ag::linear(q_in, w, b)), {n, l, 3, heads_, hd});
+      const var_type packed = ag::reshape(ag::linear(q_in, w, b), {n, l, 3, heads_, hd});
       const var_type heads = ag::permute(packed, {2, 0, 3, 1, 4});  // [3, N, H, L, hd]
       for (index_t i = 0; i < 3; ++i) qkv.push_back(ag::reshape(ag::slice(heads, 0, i, i + 1), {n, heads_, l, hd}));
     } else {
@@ -124,7 +124,7 @@ class multi_head_attention : public module<T, Device> {
         const var_type wi = ag::slice(w, 0, i * embed_, (i + 1) * embed_);
         const var_type bi = b.defined() ? ag::slice(b, 0, i * embed_, (i + 1) * embed_) : var_type();
         const index_t t = in[i]->size(1);
-        qkv.push_back(ag::permute(ag::view(ag::contiguous(ag::linear(*in[i], wi, bi)), {n, t, heads_, hd}), {0, 2, 1, 3}));
+        qkv.push_back(ag::permute(ag::reshape(ag::linear(*in[i], wi, bi), {n, t, heads_, hd}), {0, 2, 1, 3}));
       }
     }
     autograd::attention_options<T, Device> o;
@@ -178,11 +178,9 @@ class multi_head_attention : public module<T, Device> {
                      "attn_mask " << to_string(as) << " must be [L, S] = " << to_string(shape{l, s})
                                   << (batched ? " or [N * num_heads, L, S] = " + to_string(shape{n * heads_, l, s}) : ""));
       if (ok3) mh = heads_;
-      if (m.attn_mask.defined()) {
-        am = additive(m.attn_mask);
-      } else {
-        am = m.attn_mask_float.contiguous().to_vector();
-      }
+      am = (m.attn_mask.defined() ? autograd::detail::additive_mask<T>(m.attn_mask, /*hidden=*/true)
+                                  : m.attn_mask_float.contiguous())
+               .to_vector();
     }
     // The key padding mask: [N, S] ([S] unbatched).
     std::vector<T> kp;
@@ -192,11 +190,9 @@ class multi_head_attention : public module<T, Device> {
       TRAINKIT_CHECK(ks == want, shape_error, op,
                      "key_padding_mask " << to_string(ks) << " must be " << (batched ? "[N, S] = " : "[S] = ")
                                          << to_string(want));
-      if (m.key_padding_mask.defined()) {
-        kp = additive(m.key_padding_mask);
-      } else {
-        kp = m.key_padding_mask_float.contiguous().to_vector();
-      }
+      kp = (m.key_padding_mask.defined() ? autograd::detail::additive_mask<T>(m.key_padding_mask, /*hidden=*/true)
+                                         : m.key_padding_mask_float.contiguous())
+               .to_vector();
     }
     auto out = tensor_type::empty({n, mh, l, s});
     T* o = out.data();
@@ -210,14 +206,6 @@ class multi_head_attention : public module<T, Device> {
             if (m.is_causal && j > i) x = ninf;
             *o++ = x;
           }
-    return out;
-  }
-
-  /// A boolean mask (true: hidden) as 0 / -inf.
-  static std::vector<T> additive(const tensor<bool, Device>& mask) {
-    const tensor<bool, Device> c = mask.contiguous();
-    std::vector<T> out(std::size_t(c.numel()));
-    for (std::size_t i = 0; i < out.size(); ++i) out[i] = c.data()[i] ? -std::numeric_limits<T>::infinity() : T(0);
     return out;
   }
 

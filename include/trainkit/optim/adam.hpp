@@ -281,9 +281,6 @@ class adam_family : public optimizer_base<T, Device> {
     }
   }
 
-  /// The weight decay of each parameter's group (empty optional: the options'); empty without groups.
-  const std::vector<std::optional<double>>& group_weight_decays() const noexcept { return decay_; }
-
  private:
   static std::vector<var_type> flatten(const std::vector<param_group<T, Device>>& groups) {
     std::vector<var_type> all;

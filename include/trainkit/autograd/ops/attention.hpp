@@ -77,6 +77,19 @@ backend::attention_problem attention_problem_of(const tensor<T, D>& q, const ten
   return p;
 }
 
+/// A boolean mask as an additive one of its sizes: -inf where an element equals `hidden`, else 0
+/// (scaled_dot_product_attention hides false; nn::multi_head_attention's masks hide true).
+template <class T, class D>
+tensor<T, D> additive_mask(const tensor<bool, D>& mask, bool hidden) {
+  static_assert(std::is_same_v<D, cpu>, "boolean attention masks: CPU only so far");
+  const tensor<bool, D> b = mask.contiguous();
+  auto m = tensor<T, D>::empty(b.sizes());
+  const bool* src = b.data();
+  T* dst = m.data();
+  for (index_t i = 0, n = b.numel(); i < n; ++i) dst[i] = src[i] == hidden ? -std::numeric_limits<T>::infinity() : T(0);
+  return m;
+}
+
 /// The additive mask as [B, H, Tq, Tk] (a broadcast view; a boolean one turned into 0 / -inf).
 template <class T, class D>
 tensor<T, D> attention_additive_mask(const backend::attention_problem& p, const attention_options<T, D>& o) {
@@ -96,13 +109,7 @@ tensor<T, D> attention_additive_mask(const backend::attention_problem& p, const 
   }
   if (o.attn_bool_mask.defined()) {
     check(o.attn_bool_mask.sizes());
-    static_assert(std::is_same_v<D, cpu>, "boolean attention masks: CPU only so far");
-    const tensor<bool, D> b = o.attn_bool_mask.contiguous();
-    auto m = tensor<T, D>::empty(b.sizes());
-    const bool* src = b.data();
-    T* dst = m.data();
-    for (index_t i = 0, n = b.numel(); i < n; ++i) dst[i] = src[i] ? T(0) : -std::numeric_limits<T>::infinity();
-    return m.expand(full);
+    return additive_mask<T>(o.attn_bool_mask, /*hidden=*/false).expand(full);  // torch's SDPA: true attends
   }
   return {};
 }
