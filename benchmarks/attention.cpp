@@ -1,7 +1,7 @@
-// scaled_dot_product_attention forward + backward on the CPU, fp32, [batch 4, heads 8, T, d 64],
-// causal and not - the work compare_pytorch.py --attention times with
-// torch.nn.functional.scaled_dot_product_attention:
-//   bm_sdpa/<T>/<causal>     forward, then backward of sum(out * g)
+// scaled_dot_product_attention forward + backward on the CPU, [batch 4, heads 8, T, d 64], causal
+// and not, fp32 and under a bf16 autocast scope - the work compare_pytorch.py --attention times
+// with torch.nn.functional.scaled_dot_product_attention on fp32 and bf16 tensors:
+//   bm_sdpa/<T>/<causal>/<bf16>     forward, then backward of sum(out * g)
 //   counter GFLOP/s: 14 T^2 d operations per (batch, head), half of them causal (forward 4 T^2 d,
 //   backward 10 T^2 d with the recomputed scores)
 #include <benchmark/benchmark.h>
@@ -22,9 +22,16 @@ void bm_sdpa(benchmark::State& st) {
   o.is_causal = st.range(1) != 0;
   const auto q = bench::random_input({b, h, t, d}, 7), k = bench::random_input({b, h, t, d}, 8),
              v = bench::random_input({b, h, t, d}, 9), g = bench::random_input({b, h, t, d}, 10);
+  const bool bf16 = st.range(2) != 0;
   for (auto _ : st) {
     tk::var<float> vq(q, true), vk(k, true), vv(v, true);
-    auto out = tk::autograd::scaled_dot_product_attention(vq, vk, vv, o);
+    tk::var<float> out;
+    if (bf16) {
+      tk::amp::autocast<tk::amp::mixed_bf16> scope;
+      out = tk::autograd::scaled_dot_product_attention(vq, vk, vv, o);
+    } else {
+      out = tk::autograd::scaled_dot_product_attention(vq, vk, vv, o);
+    }
     out.backward(g);
     benchmark::DoNotOptimize(vq.grad().data());
   }
@@ -32,7 +39,7 @@ void bm_sdpa(benchmark::State& st) {
       (o.is_causal ? 0.5 : 1.0) * 14.0 * double(b * h * t * t * d), benchmark::Counter::kIsIterationInvariantRate,
       benchmark::Counter::kIs1000);
 }
-BENCHMARK(bm_sdpa)->ArgsProduct({{256, 1024}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(bm_sdpa)->ArgsProduct({{256, 1024}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
 
 /// One causal forward + backward of [1, 8, T, 64] per T: the allocator's peak above the inputs
 /// (counter peak_MiB; the per-thread tiles, 2 x 16 KiB and T floats, come from std::vector).

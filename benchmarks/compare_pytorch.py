@@ -13,7 +13,7 @@ own fp32 step (issue goals: bf16 >= 1.5x trainkit's fp32 and <= 1.0x PyTorch's b
 range: the machines are noisy. Needs `pip install torch` and a build with benchmarks
 (bench_train_step, bench_gemm). The first line names the CPU (model and flags).
 With --attention it times scaled_dot_product_attention forward + backward instead (bench_attention:
-fp32, [4, 8, T, 64], T = 256 and 1024, causal and not) against
+fp32 and bf16, [4, 8, T, 64], T = 256 and 1024, causal and not) against
 torch.nn.functional.scaled_dot_product_attention on the same shapes (issue goal: <= 1.0x).
 """
 import argparse
@@ -184,47 +184,51 @@ def print_precision(rounds, threads):
 
 
 def torch_attention(threads, reps=3, min_time=1.0):
-    """Seconds per forward + backward of torch's scaled_dot_product_attention, fp32, per (T, causal)."""
+    """Seconds per forward + backward of torch's scaled_dot_product_attention per (T, causal, bf16):
+    fp32 tensors, and bf16 tensors (what torch.autocast hands it)."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
     out = {}
     for t in (256, 1024):
         for causal in (0, 1):
-            g = torch.Generator().manual_seed(7)
-            q, k, v, go = (torch.randn(4, 8, t, 64, generator=g) for _ in range(4))
-            q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+            for bf16 in (0, 1):
+                g = torch.Generator().manual_seed(7)
+                dtype = torch.bfloat16 if bf16 else torch.float32
+                q, k, v, go = (torch.randn(4, 8, t, 64, generator=g).to(dtype) for _ in range(4))
+                q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
 
-            def step():
-                o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-                o.backward(go)
-                q.grad = k.grad = v.grad = None
-            out[(t, causal)] = median_seconds(step, warmup=3, reps=reps, min_time=min_time)
+                def step():
+                    o = F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                    o.backward(go)
+                    q.grad = k.grad = v.grad = None
+                out[(t, causal, bf16)] = median_seconds(step, warmup=3, reps=reps, min_time=min_time)
     return out
 
 
 def attention_round(bench, threads):
     tk = run_bench(os.path.join(bench, "bench_attention"), "bm_sdpa/", threads)
     pt = torch_attention(threads)
-    return {f"T={t} {'causal' if c else 'full'}": (tk[f"bm_sdpa/{t}/{c}"] * 1e3, pt[(t, c)] * 1e3,
-                                                    tk[f"bm_sdpa/{t}/{c}"] / pt[(t, c)])
-            for (t, c) in sorted(pt)}
+    return {f"T={t} {'causal' if c else 'full'} {'bf16' if b else 'fp32'}":
+            (tk[f"bm_sdpa/{t}/{c}/{b}"] * 1e3, pt[(t, c, b)] * 1e3, tk[f"bm_sdpa/{t}/{c}/{b}"] / pt[(t, c, b)])
+            for (t, c, b) in sorted(pt)}
 
 
 def print_rounds(rounds):
     """Rows of (trainkit ms, pytorch ms, ratio) per key: median (min-max) over the rounds."""
-    print(f"{'':<16}{'trainkit ms':>25}{'pytorch ms':>25}{'tk/pt':>25}")
+    print(f"{'':<22}{'trainkit ms':>25}{'pytorch ms':>25}{'tk/pt':>25}")
     for key in rounds[0]:
         cells = []
         for i in range(3):
             v = sorted(r[key][i] for r in rounds)
             med = v[len(v) // 2]
             cells.append(f"{med:.2f} ({v[0]:.2f}-{v[-1]:.2f})" if len(v) > 1 else f"{med:.2f}")
-        print(f"{key:<16}" + "".join(f"{c:>25}" for c in cells))
+        print(f"{key:<22}" + "".join(f"{c:>25}" for c in cells))
 
 
 def print_attention(rounds, threads):
-    print(f"threads: {threads}  rounds: {len(rounds)}; scaled_dot_product_attention fp32 forward + backward, "
+    print(f"threads: {threads}  rounds: {len(rounds)}; scaled_dot_product_attention forward + backward "
+          f"(fp32; bf16: trainkit under amp::autocast<mixed_bf16>, torch on bf16 tensors), "
           f"[4, 8, T, 64]; median (min-max) over the rounds")
     print_rounds(rounds)
 

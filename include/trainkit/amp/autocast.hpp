@@ -1,6 +1,7 @@
 // trainkit/amp/autocast.hpp - a precision scope: inside `amp::autocast<P> scope;` every
-// autograd::linear, matmul (batched too) and conv2d on this thread runs as amp::linear<P>,
-// amp::matmul<P>, amp::conv2d<P> - whoever calls it: nn layers, a user's own module, a function.
+// autograd::linear, matmul (batched too), conv2d and scaled_dot_product_attention on this thread
+// runs as amp::linear<P>, amp::matmul<P>, amp::conv2d<P>, amp::scaled_dot_product_attention<P> -
+// whoever calls it: nn layers, a user's own module, a function.
 // The other ops (activations, norms, softmax, losses, reductions) stay fp32, as under
 // torch.autocast. An fp32 scope turns an outer mixed one off (torch.autocast(enabled=False)).
 //
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "trainkit/amp/attention.hpp"
 #include "trainkit/amp/concepts.hpp"
 #include "trainkit/amp/ops.hpp"
 #include "trainkit/autograd/autocast.hpp"
@@ -63,7 +65,22 @@ class autocast {
     note();
     return amp::conv2d<P>(x, w, b, o);
   }
-  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op};
+  static var_type attention_op(const var_type& q, const var_type& k, const var_type& v,
+                               const autograd::attention_options<T, D>& o) {
+    autograd::autocast_guard<T, D> off(nullptr);
+    ++autograd::detail::autocast_counter();
+    note();
+    return amp::scaled_dot_product_attention<P>(q, k, v, o);
+  }
+  // The attention entry where the op exists for these vars (float on the CPU so far).
+  static constexpr auto attention_for() {
+    if constexpr (std::is_same_v<D, cpu> && std::is_same_v<T, float>)
+      return &attention_op;
+    else
+      return static_cast<decltype(&attention_op)>(nullptr);
+  }
+  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op, attention_for()};
+
 
   autograd::autocast_guard<T, D> guard_;
 };

@@ -17,6 +17,7 @@ enum class autocast_op {
   bmm,
   linear,
   conv2d,
+  scaled_dot_product_attention,  // its tile GEMMs in the compute type; softmax statistics in fp32
   // fp32: reductions over many elements, exponentials and losses lose too much in 16 bits
   softmax,
   log_softmax,
@@ -40,6 +41,7 @@ constexpr bool lower_precision_op(autocast_op op) noexcept {
     case autocast_op::bmm:
     case autocast_op::linear:
     case autocast_op::conv2d:
+    case autocast_op::scaled_dot_product_attention:
       return true;
     default:
       return false;
@@ -57,6 +59,8 @@ constexpr std::string_view autocast_op_name(autocast_op op) noexcept {
       return "linear";
     case autocast_op::conv2d:
       return "conv2d";
+    case autocast_op::scaled_dot_product_attention:
+      return "scaled_dot_product_attention";
     case autocast_op::softmax:
       return "softmax";
     case autocast_op::log_softmax:

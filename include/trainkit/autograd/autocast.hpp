@@ -1,6 +1,6 @@
 // trainkit/autograd/autocast.hpp - the hook through which a precision scope reaches every GEMM op.
 //
-// autograd::linear, matmul and conv2d ask current_autocast<T, D>() first: inside an amp::autocast
+// autograd::linear, matmul, conv2d and scaled_dot_product_attention ask current_autocast<T, D>() first: inside an amp::autocast
 // scope (amp/autocast.hpp) it holds the scope's mixed-precision versions of them, so any module -
 // a user's included, whatever its structure - runs its GEMMs in the compute type without knowing
 // it. autograd/ does not depend on amp/: it only keeps the per-thread table the scope installs,
@@ -14,6 +14,8 @@
 namespace trainkit::autograd {
 
 struct conv2d_options;
+template <class T, class D>
+struct attention_options;
 
 /// The ops a precision scope replaces on vars of T on D (a null entry: the plain op).
 template <class T, class D>
@@ -22,6 +24,8 @@ struct autocast_ops {
   var<T, D> (*matmul)(const var<T, D>& a, const var<T, D>& b) = nullptr;
   var<T, D> (*conv2d)(const var<T, D>& x, const var<T, D>& weight, const var<T, D>& bias,
                       const conv2d_options& o) = nullptr;
+  var<T, D> (*attention)(const var<T, D>& q, const var<T, D>& k, const var<T, D>& v,
+                         const attention_options<T, D>& o) = nullptr;
 };
 
 namespace detail {

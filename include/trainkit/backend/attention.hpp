@@ -33,11 +33,30 @@ struct attention_mask {
   index_t sb = 0, sh = 0, sq = 0, sk = 0;
 };
 
-/// A model provides, for its element types T:
-///   forward(problem, q, k, v, mask, out, lse)   lse [batch, heads, tq]: log-sum-exp of each row's
-///                                               scaled, masked scores (+inf for a row that every
-///                                               key is masked from: its output is 0)
-///   backward(problem, q, k, v, mask, out, lse, dout, dq, dk, dv)
+/// A [batch, heads, tokens, features] operand whose features are contiguous: element (b, h, t, c)
+/// at p[b * sb + h * sh + t * st + c] - a dense tensor, or the heads of a packed projection
+/// ([N, L, 3, H, hd] permuted) read where they lie.
+template <class T>
+struct attention_view {
+  T* p = nullptr;
+  index_t sb = 0, sh = 0, st = 0;
+  T* at(index_t b, index_t h) const noexcept { return p + b * sb + h * sh; }
+};
+
+/// The view of a dense [batch, heads, tokens, features] array.
+template <class T>
+attention_view<T> dense_attention_view(T* p, index_t heads, index_t tokens, index_t features) noexcept {
+  return {p, heads * tokens * features, tokens * features, features};
+}
+
+/// A model provides, for operand types G and accumulator types A (G = A: float, double; a mixed
+/// precision run: G = bfloat16 or A, with R the compute type the probabilities, dS and the outputs
+/// are rounded to before they are multiplied or handed out - flash attention's bf16 numerics):
+///   forward<R>(problem, q, k, v, mask, out, lse)   views of G; lse [batch, heads, tq] of A: the
+///                                                  log-sum-exp of each row's scaled, masked scores
+///                                                  (+inf for a row that every key is masked from:
+///                                                  its output is 0)
+///   backward<R>(problem, q, k, v, mask, out, lse, dout, dq, dk, dv)   dq, dk, dv dense A arrays
 template <class Device>
 struct attention {
   static_assert(::trainkit::detail::dependent_false<Device>,

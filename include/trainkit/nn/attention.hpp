@@ -5,8 +5,8 @@
 //                                        /*bias=*/true, /*batch_first=*/true);
 //   var<float> y = attn(x, x, x, {.is_causal = true});    // x [N, L, E] -> y [N, L, E]
 //
-// The projections are torch's: one packed in_proj_weight [3E, E] (q, k, v rows in that order) and
-// in_proj_bias [3E], then out_proj (a linear E -> E); the state dict names and order are torch's
+// The projections are torch's: one packed in_proj_weight [3E, E] (q, k, v rows in that order, each
+// block applied as its own GEMM) and in_proj_bias [3E], then out_proj (a linear E -> E); the state dict names and order are torch's
 // (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), so weights load across.
 #pragma once
 
@@ -114,18 +114,16 @@ class multi_head_attention : public module<T, Device> {
     // Project, split into heads: [N, H, L, hd].
     std::vector<var_type> qkv;
     const var_type w = *in_proj_weight_, b = in_proj_bias_ ? *in_proj_bias_ : var_type();
-    if (query.same(key) && key.same(value)) {  // self-attention: one GEMM for all three
-      const var_type packed = ag::reshape(ag::linear(q_in, w, b), {n, l, 3, heads_, hd});
-      const var_type heads = ag::permute(packed, {2, 0, 3, 1, 4});  // [3, N, H, L, hd]
-      for (index_t i = 0; i < 3; ++i) qkv.push_back(ag::reshape(ag::slice(heads, 0, i, i + 1), {n, heads_, l, hd}));
-    } else {
-      const var_type* in[3] = {&q_in, &k_in, &v_in};
-      for (index_t i = 0; i < 3; ++i) {
-        const var_type wi = ag::slice(w, 0, i * embed_, (i + 1) * embed_);
-        const var_type bi = b.defined() ? ag::slice(b, 0, i * embed_, (i + 1) * embed_) : var_type();
-        const index_t t = in[i]->size(1);
-        qkv.push_back(ag::permute(ag::reshape(ag::linear(*in[i], wi, bi), {n, t, heads_, hd}), {0, 2, 1, 3}));
-      }
+    // Each projection is the slice of in_proj_weight for it, reshaped and permuted to [N, H, L, hd]:
+    // a view whose features are contiguous, which the attention reads where it lies. (One GEMM for
+    // all three, then three slices of the packed result, cost more: each slice's backward writes
+    // a zero-filled packed-size gradient, and the three are summed.)
+    const var_type* in[3] = {&q_in, &k_in, &v_in};
+    for (index_t i = 0; i < 3; ++i) {
+      const var_type wi = ag::slice(w, 0, i * embed_, (i + 1) * embed_);
+      const var_type bi = b.defined() ? ag::slice(b, 0, i * embed_, (i + 1) * embed_) : var_type();
+      const index_t t = in[i]->size(1);
+      qkv.push_back(ag::permute(ag::reshape(ag::linear(*in[i], wi, bi), {n, t, heads_, hd}), {0, 2, 1, 3}));
     }
     autograd::attention_options<T, Device> o;
     o.dropout_p = this->is_training() ? dropout_ : 0.0;

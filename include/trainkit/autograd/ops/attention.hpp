@@ -15,6 +15,7 @@
 #include <string_view>
 #include <type_traits>
 
+#include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/function.hpp"
 #include "trainkit/backend/attention.hpp"
 #include "trainkit/core/error.hpp"
@@ -43,25 +44,21 @@ struct attention_options {
 };
 
 namespace detail {
-/// The checked problem of q, k, v and the options; the mask, expanded to [B, H, Tq, Tk] (a view).
+/// The checked problem of q, k, v (their sizes) and the options (dropout not yet reserved).
 template <class T, class D>
-backend::attention_problem attention_problem_of(const tensor<T, D>& q, const tensor<T, D>& k, const tensor<T, D>& v,
+backend::attention_problem attention_problem_of(const shape& q, const shape& k, const shape& v,
                                                 const attention_options<T, D>& o) {
   constexpr const char* op = "scaled_dot_product_attention";
-  TRAINKIT_CHECK(q.dim() == 4 && k.dim() == 4 && v.dim() == 4, shape_error, op,
-                 "q, k and v must be [batch, heads, tokens, features]; got q " << to_string(q.sizes()) << ", k "
-                                                                               << to_string(k.sizes()) << ", v "
-                                                                               << to_string(v.sizes()));
-  TRAINKIT_CHECK(q.size(0) == k.size(0) && k.size(0) == v.size(0) && q.size(1) == k.size(1) && k.size(1) == v.size(1),
-                 shape_error, op,
-                 "q, k and v must share batch and heads; got q " << to_string(q.sizes()) << ", k " << to_string(k.sizes())
-                                                                 << ", v " << to_string(v.sizes()));
-  TRAINKIT_CHECK(q.size(3) == k.size(3), shape_error, op,
-                 "q and k must have the same feature size; got q " << to_string(q.sizes()) << ", k "
-                                                                  << to_string(k.sizes()));
-  TRAINKIT_CHECK(k.size(2) == v.size(2), shape_error, op,
-                 "k and v must have the same number of tokens; got k " << to_string(k.sizes()) << ", v "
-                                                                       << to_string(v.sizes()));
+  TRAINKIT_CHECK(q.size() == 4 && k.size() == 4 && v.size() == 4, shape_error, op,
+                 "q, k and v must be [batch, heads, tokens, features]; got q " << to_string(q) << ", k " << to_string(k)
+                                                                               << ", v " << to_string(v));
+  TRAINKIT_CHECK(q[0] == k[0] && k[0] == v[0] && q[1] == k[1] && k[1] == v[1], shape_error, op,
+                 "q, k and v must share batch and heads; got q " << to_string(q) << ", k " << to_string(k) << ", v "
+                                                                 << to_string(v));
+  TRAINKIT_CHECK(q[3] == k[3], shape_error, op,
+                 "q and k must have the same feature size; got q " << to_string(q) << ", k " << to_string(k));
+  TRAINKIT_CHECK(k[2] == v[2], shape_error, op,
+                 "k and v must have the same number of tokens; got k " << to_string(k) << ", v " << to_string(v));
   TRAINKIT_CHECK(!(o.is_causal && (o.attn_mask.defined() || o.attn_bool_mask.defined())), usage_error, op,
                  "is_causal and an explicit attn_mask cannot both be given");
   TRAINKIT_CHECK(!(o.attn_mask.defined() && o.attn_bool_mask.defined()), usage_error, op,
@@ -70,11 +67,41 @@ backend::attention_problem attention_problem_of(const tensor<T, D>& q, const ten
                  "dropout_p must be in [0, 1], got " << o.dropout_p);
   TRAINKIT_CHECK(!o.scale || std::isfinite(*o.scale), usage_error, op, "scale must be finite, got " << *o.scale);
   backend::attention_problem p;
-  p.batch = q.size(0), p.heads = q.size(1), p.tq = q.size(2), p.tk = k.size(2), p.d = q.size(3), p.dv = v.size(3);
+  p.batch = q[0], p.heads = q[1], p.tq = q[2], p.tk = k[2], p.d = q[3], p.dv = v[3];
   p.scale = o.scale ? *o.scale : 1.0 / std::sqrt(double(p.d > 0 ? p.d : 1));
   p.causal = o.is_causal;
   p.dropout_p = o.dropout_p;
+  if (p.dropout_p > 0) {  // the mask's Philox blocks, taken from the generator now
+    generator& gen = o.gen != nullptr ? *o.gen : default_generator();
+    p.seed = gen.seed();
+    p.offset = gen.reserve(std::uint64_t(p.batch * p.heads * p.tq * p.tk));
+  }
   return p;
+}
+
+/// t as the kernels read it: as it lies when its features are contiguous (the heads of a packed
+/// projection, permuted), else a dense copy.
+template <class T, class D>
+tensor<T, D> attention_operand(const tensor<T, D>& t) {
+  return t.stride(3) == 1 || t.size(3) <= 1 ? t : t.contiguous();
+}
+
+/// The kernels' view of a [B, H, T, features] tensor from attention_operand.
+template <class T, class D>
+backend::attention_view<const T> attention_view_of(const tensor<T, D>& t) {
+  return {t.data(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+/// The output, [B, Tq, H, dv] in memory seen as [B, H, Tq, dv] (the layout of torch's fused CPU
+/// kernels): merging the heads after it (permute to [B, Tq, H, dv], reshape to [B, Tq, H dv]) is
+/// then a view, and the gradient of that merge comes back in this layout - no copy either way.
+template <class T, class D>
+tensor<T, D> attention_output(const backend::attention_problem& p) {
+  return tensor<T, D>::empty({p.batch, p.tq, p.heads, p.dv}).permute({0, 2, 1, 3});
+}
+template <class T, class D>
+backend::attention_view<T> attention_output_view(tensor<T, D>& out) {
+  return {out.data(), out.stride(0), out.stride(1), out.stride(2)};
 }
 
 /// A boolean mask as an additive one of its sizes: -inf where an element equals `hidden`, else 0
@@ -125,39 +152,43 @@ namespace ops {
 template <class T, class D>
 struct scaled_dot_product_attention {
   static constexpr std::string_view name = "scaled_dot_product_attention";
-  tensor<T, D> q, k, v, out, lse, mask;  // dense q, k, v, out; lse [B, H, Tq]; mask a view or undefined
+  tensor<T, D> q, k, v, out, lse, mask;  // q, k, v: attention_operand; out: attention_output; lse [B, H, Tq]
   backend::attention_problem p;
   std::array<tensor<T, D>, 3> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
-    const tensor<T, D> g = grad.contiguous();
+    const tensor<T, D> g = detail::attention_operand(grad);
     auto dq = tensor<T, D>::empty(q.sizes()), dk = tensor<T, D>::empty(k.sizes()), dv = tensor<T, D>::empty(v.sizes());
-    backend::attention<D>::backward(p, q.data(), k.data(), v.data(), detail::attention_mask_view(mask), out.data(),
-                                    lse.data(), g.data(), dq.data(), dk.data(), dv.data());
+    using detail::attention_view_of;
+    backend::attention<D>::backward(p, attention_view_of(q), attention_view_of(k), attention_view_of(v),
+                                    detail::attention_mask_view(mask), attention_view_of(out), lse.data(),
+                                    attention_view_of(g), dq.data(), dk.data(), dv.data());
     return {dq, dk, dv};
   }
 };
 }  // namespace ops
 
 /// torch.nn.functional.scaled_dot_product_attention on [B, H, T, d] inputs: fused on the CPU
-/// (float, double). Rows that every key is masked from give 0 (and no gradient), as torch's fused
-/// kernels do.
+/// (float, double; inside an amp::autocast scope, amp::scaled_dot_product_attention: its GEMMs in
+/// the compute type, as torch.autocast lists it). Rows that every key is masked from give 0 (and
+/// no gradient), as torch's fused kernels do. Inputs whose features are contiguous are read where
+/// they lie (the heads of a projection, permuted: no copy); the output is a [B, H, Tq, dv] view of
+/// [B, Tq, H, dv] memory, as torch's CPU kernels return it (attention_output).
 template <class T, class D>
 var<T, D> scaled_dot_product_attention(const var<T, D>& q, const var<T, D>& k, const var<T, D>& v,
                                        const attention_options<T, D>& o = {}) {
   static_assert(std::is_same_v<D, cpu>, "scaled_dot_product_attention: CPU only so far (fused CUDA attention: issue 29)");
   static_assert(std::is_floating_point_v<T>, "scaled_dot_product_attention: float or double");
-  backend::attention_problem p = detail::attention_problem_of(q.value(), k.value(), v.value(), o);
-  if (p.dropout_p > 0) {
-    generator& gen = o.gen != nullptr ? *o.gen : default_generator();
-    p.seed = gen.seed();
-    p.offset = gen.reserve(std::uint64_t(p.batch * p.heads * p.tq * p.tk));
-  }
+  if (const auto* ac = current_autocast<T, D>(); ac != nullptr && ac->attention != nullptr)
+    return ac->attention(q, k, v, o);  // inside a precision scope (amp::autocast)
+  const backend::attention_problem p = detail::attention_problem_of(q.sizes(), k.sizes(), v.sizes(), o);
   const tensor<T, D> mask = detail::attention_additive_mask(p, o);
-  const tensor<T, D> qc = q.value().contiguous(), kc = k.value().contiguous(), vc = v.value().contiguous();
-  auto out = tensor<T, D>::empty({p.batch, p.heads, p.tq, p.dv});
+  const tensor<T, D> qc = detail::attention_operand(q.value()), kc = detail::attention_operand(k.value()),
+                     vc = detail::attention_operand(v.value());
+  auto out = detail::attention_output<T, D>(p);
   auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
   if (out.numel() > 0)
-    backend::attention<D>::forward(p, qc.data(), kc.data(), vc.data(), detail::attention_mask_view(mask), out.data(),
-                                   lse.data());
+    backend::attention<D>::forward(p, detail::attention_view_of(qc), detail::attention_view_of(kc),
+                                   detail::attention_view_of(vc), detail::attention_mask_view(mask),
+                                   detail::attention_output_view(out), lse.data());
   return record(ops::scaled_dot_product_attention<T, D>{qc, kc, vc, out, lse, mask, p}, out, q, k, v);
 }
 

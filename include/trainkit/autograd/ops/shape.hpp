@@ -2,6 +2,7 @@
 // transpose, permute, slice, expand, squeeze/unsqueeze, concat.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,10 @@ struct permute {
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
     return {g.permute(inverse)};
   }
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>&) const {
+    if (g.is_narrow()) return {grad_flow<T, D>::narrow(g.bf16.permute(inverse))};
+    return {grad_flow<T, D>(g.full.permute(inverse))};
+  }
 };
 template <class T, class D>
 struct slice {
@@ -40,10 +45,21 @@ struct slice {
   shape in;
   index_t dim, start, end, step;
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& g, const std::vector<bool>&) const {
-    auto r = tensor<T, D>::zeros(in);
+    return {widen(g)};
+  }
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>&) const {
+    if (g.is_narrow()) return {grad_flow<T, D>::narrow(widen(g.bf16))};
+    return {grad_flow<T, D>(widen(g.full))};
+  }
+
+ private:
+  /// g in its window of zeros shaped as the input.
+  template <class E>
+  tensor<E, D> widen(const tensor<E, D>& g) const {
+    auto r = tensor<E, D>::zeros(in);
     auto window = r.slice(dim, start, end, step);
     copy_(window, g);
-    return {r};
+    return r;
   }
 };
 template <class T, class D>
@@ -72,14 +88,19 @@ struct concat {
 }  // namespace ops
 
 namespace detail {
-/// f (a reshape of a tensor) applied to x's values as they are held - in bfloat16 when x holds
-/// them so - keeping their value_precision.
-template <class T, class D, class F>
-var<T, D> reshaped(const var<T, D>& x, F f) {
-  if (x.holds_bf16()) return record_bf16(ops::reshape<T, D>{x.sizes()}, f(x.value_bf16()), x);
-  auto r = record(ops::reshape<T, D>{x.sizes()}, f(x.value()), x);
+/// f (a view of a tensor: reshape, permute, slice) applied to x's values as they are held - in
+/// bfloat16 when x holds them so - keeping their value_precision; op's backward_flow passes a
+/// bf16 gradient on in bf16.
+template <class T, class D, class Op, class F>
+var<T, D> viewed(const var<T, D>& x, Op op, F f) {
+  if (x.holds_bf16()) return record_bf16(std::move(op), f(x.value_bf16()), x);
+  auto r = record(std::move(op), f(x.value()), x);
   r.set_precision(x.precision());
   return r;
+}
+template <class T, class D, class F>
+var<T, D> reshaped(const var<T, D>& x, F f) {
+  return viewed(x, ops::reshape<T, D>{x.sizes()}, f);
 }
 }  // namespace detail
 
@@ -105,10 +126,9 @@ var<T, D> squeeze(const var<T, D>& x, index_t d) {
 }
 template <class T, class D>
 var<T, D> permute(const var<T, D>& x, const std::vector<index_t>& order) {
-  auto out = x.value().permute(order);
   std::vector<index_t> inv(order.size());
   for (std::size_t i = 0; i < order.size(); ++i) inv[wrap_dim(order[i], order.size(), "permute")] = index_t(i);
-  return record(ops::permute<T, D>{inv}, std::move(out), x);
+  return detail::viewed(x, ops::permute<T, D>{inv}, [&](const auto& t) { return t.permute(order); });
 }
 template <class T, class D>
 var<T, D> transpose(const var<T, D>& x, index_t d0, index_t d1) {
@@ -119,13 +139,14 @@ var<T, D> transpose(const var<T, D>& x, index_t d0, index_t d1) {
 }
 template <class T, class D>
 var<T, D> slice(const var<T, D>& x, index_t dim, index_t start, index_t end, index_t step = 1) {
-  auto out = x.value().slice(dim, start, end, step);
   // Store the clamped bounds forward used, so backward writes exactly the same window.
-  const index_t n = x.size(dim);
+  const index_t k = index_t(wrap_dim(dim, x.dim(), "slice"));
+  const index_t n = x.size(k);
   index_t s = start < 0 ? start + n : start, e = end < 0 ? end + n : end;
   s = std::clamp<index_t>(s, 0, n);
   e = std::clamp<index_t>(e, s, n);
-  return record(ops::slice<T, D>{x.sizes(), index_t(wrap_dim(dim, x.dim(), "slice")), s, e, step}, std::move(out), x);
+  return detail::viewed(x, ops::slice<T, D>{x.sizes(), k, s, e, step},
+                        [&](const auto& t) { return t.slice(dim, start, end, step); });
 }
 template <class T, class D>
 var<T, D> expand(const var<T, D>& x, const shape& s) {

@@ -19,6 +19,8 @@
 
 #include "trainkit/backend/attention.hpp"
 #include "trainkit/backend/cpu/blas.hpp"
+#include "trainkit/backend/cpu/convert16.hpp"  // the bf16 tiles
+#include "trainkit/backend/cpu/onednn_gemm.hpp"  // the tiles' GEMMs
 #include "trainkit/config.hpp"
 #include "trainkit/core/generator.hpp"  // bernoulli_at: the dropout stream
 #include "trainkit/core/wait_governor.hpp"  // start_wait_governor
@@ -85,81 +87,87 @@ template <>
 struct attention<cpu> {
   static constexpr index_t block_q = 64, block_k = 64;
 
-  template <class T>
-  static void forward(const attention_problem& p, const T* q, const T* k, const T* v, const attention_mask<T>& mask,
-                      T* out, T* lse) {
-    static_assert(std::is_floating_point_v<T>, "attention<cpu>: float or double");
+  /// R: the compute type to round P, dS and the outputs to (void: none); G: the operands' type
+  /// (A, or bfloat16 multiplied by oneDNN's bf16 kernels into fp32); A: scores and accumulators.
+  template <class R = void, class G, class A>
+  static void forward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
+                      attention_view<const G> v, const attention_mask<A>& mask, attention_view<G> out, A* lse) {
+    check_types<R, G, A>();
     const index_t nq = (p.tq + block_q - 1) / block_q, items = p.batch * p.heads * nq;
     run(items, double(p.tq) * double(p.tk) * double(p.d + p.dv), [&](auto&& for_items) {
-      std::vector<T> s(std::size_t(block_q * block_k)), acc(std::size_t(block_q * p.dv)), m(block_q), l(block_q);
+      std::vector<A> s(std::size_t(block_q * block_k)), acc(std::size_t(block_q * p.dv)), m(block_q), l(block_q);
+      std::vector<G> sg(converts<R, G, A>() ? s.size() : 0);  // P as the P V product takes it
       for_items([&](index_t item) {
         const index_t bh = item / nq, i0 = (item % nq) * block_q, bq = std::min(block_q, p.tq - i0);
         const index_t b = bh / p.heads, h = bh % p.heads;
-        const T* qi = q + (bh * p.tq + i0) * p.d;
-        const T* kb = k + bh * p.tk * p.d;
-        const T* vb = v + bh * p.tk * p.dv;
-        std::fill(acc.begin(), acc.begin() + bq * p.dv, T(0));
-        std::fill(m.begin(), m.end(), -inf<T>());
-        std::fill(l.begin(), l.end(), T(0));
+        const G* qi = q.at(b, h) + i0 * q.st;
+        const G* kb = k.at(b, h);
+        const G* vb = v.at(b, h);
+        std::fill(acc.begin(), acc.begin() + bq * p.dv, A(0));
+        std::fill(m.begin(), m.end(), -inf<A>());
+        std::fill(l.begin(), l.end(), A(0));
         const index_t j_end = p.causal ? std::min(p.tk, i0 + bq) : p.tk;  // keys past the tile's last row: masked
         for (index_t j0 = 0; j0 < j_end; j0 += block_k) {
           const index_t bk = std::min(block_k, j_end - j0);
-          scores(p, mask, b, h, i0, bq, j0, bk, qi, kb + j0 * p.d, s.data());
+          scores(p, mask, b, h, i0, bq, j0, bk, qi, q.st, kb + j0 * k.st, k.st, s.data());
           for (index_t r = 0; r < bq; ++r) {
-            T* sr = s.data() + r * bk;
-            const T mx = detail::attention_row_max(sr, bk, m[r]);
-            if (mx == -inf<T>()) {  // every key so far masked from this row
-              std::fill(sr, sr + bk, T(0));
+            A* sr = s.data() + r * bk;
+            const A mx = detail::attention_row_max(sr, bk, m[r]);
+            if (mx == -inf<A>()) {  // every key so far masked from this row
+              std::fill(sr, sr + bk, A(0));
               continue;
             }
-            const T rescale = std::exp(m[r] - mx);  // 0 when m[r] was -inf
-            const T sum = detail::attention_exp_shift_sum(sr, bk, mx);
+            const A rescale = std::exp(m[r] - mx);  // 0 when m[r] was -inf
+            const A sum = detail::attention_exp_shift_sum(sr, bk, mx);
             l[r] = l[r] * rescale + sum;
             m[r] = mx;
             if (p.dropout_p > 0) apply_dropout(p, bh, i0 + r, j0, bk, sr);
-            if (rescale != T(1))
-              for (T *a = acc.data() + r * p.dv, *e = a + p.dv; a != e; ++a) *a *= rescale;
+            if (rescale != A(1))
+              for (A *a = acc.data() + r * p.dv, *e = a + p.dv; a != e; ++a) *a *= rescale;
           }
-          blas<cpu>::gemm(false, false, bq, p.dv, bk, 1.0, s.data(), bk, vb + j0 * p.dv, p.dv, 1.0, acc.data(), p.dv);
+          tile_gemm(false, false, bq, p.dv, bk, 1.0, operand<R>(s.data(), sg.data(), bq * bk), bk, vb + j0 * v.st, v.st,
+                    1.0, acc.data(), p.dv);
         }
-        T* oi = out + (bh * p.tq + i0) * p.dv;
-        T* li = lse + bh * p.tq + i0;
+        G* oi = out.at(b, h) + i0 * out.st;
+        A* li = lse + bh * p.tq + i0;
         for (index_t r = 0; r < bq; ++r) {
-          const bool empty = l[r] == T(0);
-          const T inv = empty ? T(0) : T(1) / l[r];
-          for (index_t c = 0; c < p.dv; ++c) oi[r * p.dv + c] = acc[std::size_t(r * p.dv + c)] * inv;
-          li[r] = empty ? inf<T>() : m[r] + std::log(l[r]);
+          const bool empty = l[r] == A(0);
+          const A inv = empty ? A(0) : A(1) / l[r];
+          for (index_t c = 0; c < p.dv; ++c) oi[r * out.st + c] = narrow<R, G>(acc[std::size_t(r * p.dv + c)] * inv);
+          li[r] = empty ? inf<A>() : m[r] + std::log(l[r]);
         }
       });
     });
   }
 
-  template <class T>
-  static void backward(const attention_problem& p, const T* q, const T* k, const T* v, const attention_mask<T>& mask,
-                       const T* out, const T* lse, const T* dout, T* dq, T* dk, T* dv) {
-    static_assert(std::is_floating_point_v<T>, "attention<cpu>: float or double");
+  template <class R = void, class G, class A>
+  static void backward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
+                       attention_view<const G> v, const attention_mask<A>& mask, attention_view<const G> out,
+                       const A* lse, attention_view<const G> dout, A* dq, A* dk, A* dv) {
+    check_types<R, G, A>();
     const index_t items = p.batch * p.heads;
     run(items, double(p.tq) * double(p.tk) * double(2 * p.d + 2 * p.dv), [&](auto&& for_items) {
-      std::vector<T> s(std::size_t(block_q * block_k)), dp(std::size_t(block_q * block_k)), drow(std::size_t(p.tq));
-      std::vector<T> z, pz;  // with dropout: the tile's Z and P Z
+      std::vector<A> s(std::size_t(block_q * block_k)), dp(std::size_t(block_q * block_k)), drow(std::size_t(p.tq));
+      std::vector<A> z, pz;  // with dropout: the tile's Z and P Z
       if (p.dropout_p > 0) z.resize(s.size()), pz.resize(s.size());
+      std::vector<G> sg(converts<R, G, A>() ? s.size() : 0);  // P Z, then dS, as their products take them
       for_items([&](index_t bh) {
         const index_t b = bh / p.heads, h = bh % p.heads;
-        const T* qb = q + bh * p.tq * p.d;
-        const T* kb = k + bh * p.tk * p.d;
-        const T* vb = v + bh * p.tk * p.dv;
-        const T* ob = out + bh * p.tq * p.dv;
-        const T* gb = dout + bh * p.tq * p.dv;
-        const T* lb = lse + bh * p.tq;
-        T* dqb = dq + bh * p.tq * p.d;
-        T* dkb = dk + bh * p.tk * p.d;
-        T* dvb = dv + bh * p.tk * p.dv;
-        std::fill(dqb, dqb + p.tq * p.d, T(0));
-        std::fill(dkb, dkb + p.tk * p.d, T(0));
-        std::fill(dvb, dvb + p.tk * p.dv, T(0));
+        const G* qb = q.at(b, h);
+        const G* kb = k.at(b, h);
+        const G* vb = v.at(b, h);
+        const G* ob = out.at(b, h);
+        const G* gb = dout.at(b, h);
+        const A* lb = lse + bh * p.tq;
+        A* dqb = dq + bh * p.tq * p.d;
+        A* dkb = dk + bh * p.tk * p.d;
+        A* dvb = dv + bh * p.tk * p.dv;
+        std::fill(dqb, dqb + p.tq * p.d, A(0));
+        std::fill(dkb, dkb + p.tk * p.d, A(0));
+        std::fill(dvb, dvb + p.tk * p.dv, A(0));
         for (index_t i = 0; i < p.tq; ++i) {  // rowsum(dO * O)
-          T acc = 0;
-          for (index_t c = 0; c < p.dv; ++c) acc += gb[i * p.dv + c] * ob[i * p.dv + c];
+          A acc = 0;
+          for (index_t c = 0; c < p.dv; ++c) acc += A(gb[i * dout.st + c]) * A(ob[i * out.st + c]);
           drow[std::size_t(i)] = acc;
         }
         for (index_t j0 = 0; j0 < p.tk; j0 += block_k) {
@@ -167,39 +175,41 @@ struct attention<cpu> {
           const index_t i_begin = p.causal ? j0 / block_q * block_q : 0;  // earlier query tiles see none of these keys
           for (index_t i0 = i_begin; i0 < p.tq; i0 += block_q) {
             const index_t bq = std::min(block_q, p.tq - i0);
-            scores(p, mask, b, h, i0, bq, j0, bk, qb + i0 * p.d, kb + j0 * p.d, s.data());
+            scores(p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, kb + j0 * k.st, k.st, s.data());
             for (index_t r = 0; r < bq; ++r) {
-              const T lr = lb[i0 + r];
-              T* sr = s.data() + r * bk;
-              if (lr == inf<T>())  // a row hidden from every key
-                std::fill(sr, sr + bk, T(0));
+              const A lr = lb[i0 + r];
+              A* sr = s.data() + r * bk;
+              if (lr == inf<A>())  // a row hidden from every key
+                std::fill(sr, sr + bk, A(0));
               else
                 detail::attention_exp_shift_sum(sr, bk, lr);
             }
             const bool drop = p.dropout_p > 0;
             if (drop) {
               for (index_t r = 0; r < bq; ++r) {
-                T* zr = z.data() + r * bk;
-                std::fill(zr, zr + bk, T(1));
+                A* zr = z.data() + r * bk;
+                std::fill(zr, zr + bk, A(1));
                 apply_dropout(p, bh, i0 + r, j0, bk, zr);
               }
               for (index_t e = 0; e < bq * bk; ++e) pz[std::size_t(e)] = s[std::size_t(e)] * z[std::size_t(e)];
             }
             // dV_j += (P Z)^T dO_i;  dP = dO_i V_j^T (then Z dP)
-            blas<cpu>::gemm(true, false, bk, p.dv, bq, 1.0, drop ? pz.data() : s.data(), bk, gb + i0 * p.dv, p.dv, 1.0,
-                            dvb + j0 * p.dv, p.dv);
-            blas<cpu>::gemm(false, true, bq, bk, p.dv, 1.0, gb + i0 * p.dv, p.dv, vb + j0 * p.dv, p.dv, 0.0, dp.data(), bk);
+            tile_gemm(true, false, bk, p.dv, bq, 1.0, operand<R>(drop ? pz.data() : s.data(), sg.data(), bq * bk), bk,
+                      gb + i0 * dout.st, dout.st, 1.0, dvb + j0 * p.dv, p.dv);
+            tile_gemm(false, true, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vb + j0 * v.st, v.st, 0.0, dp.data(),
+                      bk);
             if (drop)
               for (index_t e = 0; e < bq * bk; ++e) dp[std::size_t(e)] *= z[std::size_t(e)];
             for (index_t r = 0; r < bq; ++r) {
-              const T dr = drow[std::size_t(i0 + r)];
-              T* sr = s.data() + r * bk;
-              const T* pr = dp.data() + r * bk;
+              const A dr = drow[std::size_t(i0 + r)];
+              A* sr = s.data() + r * bk;
+              const A* pr = dp.data() + r * bk;
               for (index_t c = 0; c < bk; ++c) sr[c] = sr[c] * (pr[c] - dr);  // dS, in place of P
             }
             // dQ_i += s dS K_j;  dK_j += s dS^T Q_i
-            blas<cpu>::gemm(false, false, bq, p.d, bk, p.scale, s.data(), bk, kb + j0 * p.d, p.d, 1.0, dqb + i0 * p.d, p.d);
-            blas<cpu>::gemm(true, false, bk, p.d, bq, p.scale, s.data(), bk, qb + i0 * p.d, p.d, 1.0, dkb + j0 * p.d, p.d);
+            const G* ds = operand<R>(s.data(), sg.data(), bq * bk);
+            tile_gemm(false, false, bq, p.d, bk, p.scale, ds, bk, kb + j0 * k.st, k.st, 1.0, dqb + i0 * p.d, p.d);
+            tile_gemm(true, false, bk, p.d, bq, p.scale, ds, bk, qb + i0 * q.st, q.st, 1.0, dkb + j0 * p.d, p.d);
           }
         }
       });
@@ -230,21 +240,89 @@ struct attention<cpu> {
   }
 
   /// s[bq x bk] = scale * Q_i K_j^T + mask, -inf where causal hides key j from query i.
-  template <class T>
-  static void scores(const attention_problem& p, const attention_mask<T>& mask, index_t b, index_t h, index_t i0,
-                     index_t bq, index_t j0, index_t bk, const T* qi, const T* kj, T* s) {
-    blas<cpu>::gemm(false, true, bq, bk, p.d, p.scale, qi, p.d, kj, p.d, 0.0, s, bk);
+  template <class G, class A>
+  static void scores(const attention_problem& p, const attention_mask<A>& mask, index_t b, index_t h, index_t i0,
+                     index_t bq, index_t j0, index_t bk, const G* qi, index_t ldq, const G* kj, index_t ldk, A* s) {
+    tile_gemm(false, true, bq, bk, p.d, p.scale, qi, ldq, kj, ldk, 0.0, s, bk);
     if (mask.p != nullptr) {
-      const T* mb = mask.p + b * mask.sb + h * mask.sh;
+      const A* mb = mask.p + b * mask.sb + h * mask.sh;
       for (index_t r = 0; r < bq; ++r) {
-        const T* mr = mb + (i0 + r) * mask.sq + j0 * mask.sk;
-        T* sr = s + r * bk;
+        const A* mr = mb + (i0 + r) * mask.sq + j0 * mask.sk;
+        A* sr = s + r * bk;
         for (index_t c = 0; c < bk; ++c) sr[c] += mr[c * mask.sk];
       }
     }
     if (p.causal && j0 + bk - 1 > i0)
       for (index_t r = 0; r < bq; ++r)
-        for (index_t c = std::max<index_t>(0, i0 + r + 1 - j0); c < bk; ++c) s[r * bk + c] = -inf<T>();
+        for (index_t c = std::max<index_t>(0, i0 + r + 1 - j0); c < bk; ++c) s[r * bk + c] = -inf<A>();
+  }
+
+  template <class R, class G, class A>
+  static constexpr void check_types() {
+    static_assert(std::is_floating_point_v<A>, "attention<cpu>: scores and sums in float or double");
+    static_assert(std::is_same_v<G, A> || (std::is_same_v<G, bfloat16> && std::is_same_v<A, float>),
+                  "attention<cpu>: operands of the accumulator's type, or bfloat16 with float sums");
+    static_assert(std::is_void_v<R> || std::is_same_v<R, A> || std::is_same_v<R, bfloat16> || std::is_same_v<R, half>,
+                  "attention<cpu>: rounding to bfloat16 or half, or none");
+    static_assert(!std::is_same_v<G, bfloat16> || std::is_same_v<R, bfloat16>, "attention<cpu>: bf16 operands round to bf16");
+  }
+
+  /// Whether a score tile is converted before it is multiplied (rounded, or narrowed to G).
+  template <class R, class G, class A>
+  static constexpr bool converts() {
+    return !std::is_same_v<G, A> || !(std::is_void_v<R> || std::is_same_v<R, A>);
+  }
+
+  /// The n scores s as the next product takes them: s itself, or buf holding them rounded to R
+  /// (as A values, or narrowed to G).
+  template <class R, class G, class A>
+  static const G* operand(const A* s, G* buf, index_t n) {
+    if constexpr (!converts<R, G, A>()) {
+      (void)buf, (void)n;
+      return s;
+    } else if constexpr (std::is_same_v<G, bfloat16>) {
+      cpu_convert::round_to_bfloat16(s, buf, n);
+      return buf;
+    } else if constexpr (std::is_same_v<R, bfloat16> && std::is_same_v<A, float>) {
+      cpu_convert::round_to_bfloat16_values(s, buf, n);
+      return buf;
+    } else {
+      for (index_t e = 0; e < n; ++e) buf[e] = G(R(s[e]));
+      return buf;
+    }
+  }
+
+  /// x rounded to R (void: as is) as a G.
+  template <class R, class G, class A>
+  static G narrow(A x) {
+    if constexpr (std::is_void_v<R> || std::is_same_v<R, A>)
+      return G(x);
+    else
+      return G(R(x));
+  }
+
+  /// C (A) = alpha op(A) op(B) + beta C for the tiles: bfloat16 operands through oneDNN's bf16
+  /// kernels with fp32 results (64 x 64 x 64: 2.8-3.2 us on the AVX512-BF16 EPYC, against
+  /// OpenBLAS sgemm's 4.6-6.2 us); float and double through blas<cpu> (OpenBLAS inside the parallel
+  /// loop: oneDNN's fp32 matmul was 5.0-5.4 us, faster only for the Q K^T layout).
+  template <class G, class A>
+  static void tile_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, double alpha, const G* a, index_t lda,
+                        const G* b, index_t ldb, double beta, A* c, index_t ldc) {
+    if constexpr (std::is_same_v<G, A>) {
+      blas<cpu>::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else {
+#if TRAINKIT_HAS_ONEDNN
+      if (onednn_gemm<G, A>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+#endif
+      // No bf16 kernel after all: widen the two operands (exact) and multiply in fp32.
+      auto widen = [](const G* x, index_t rows, index_t cols, index_t ld) {
+        std::vector<A> w(std::size_t(rows * cols));
+        for (index_t i = 0; i < rows; ++i) cpu_convert::widen_bfloat16(x + i * ld, w.data() + i * cols, cols);
+        return w;
+      };
+      const auto wa = widen(a, ta ? k : m, ta ? m : k, lda), wb = widen(b, tb ? n : k, tb ? k : n, ldb);
+      blas<cpu>::gemm(ta, tb, m, n, k, alpha, wa.data(), ta ? m : k, wb.data(), tb ? k : n, beta, c, ldc);
+    }
   }
 
   /// body(for_items): for_items(f) calls f(item) for this thread's share of [0, items) - over

@@ -1,0 +1,162 @@
+// trainkit/amp/attention.hpp - scaled_dot_product_attention under a precision policy, as
+// torch.autocast lists it (a lower-precision op): q, k and v in the compute type C, the fused
+// kernel's products of C operands accumulated in fp32, the online softmax's max, sums and
+// log-sum-exp in fp32, and the probabilities (P, and dS in backward) rounded to C before they are
+// multiplied - the numbers of a bf16 flash attention. The output and the input gradients are C
+// values.
+//
+// Where the products run: bf16 on a CPU with bf16 arithmetic (blas<cpu>::bf16_native), oneDNN's
+// bf16 kernels with fp32 results (q, k, v and the saved output held in bf16: half the bytes) where
+// they measured faster for the shape (detail::attention_tiles_native); otherwise (no bf16
+// arithmetic, fp16 on the CPU, small heads) the same rounded values held in fp32 on the fp32
+// kernels - the same products, exact in fp32, at fp32's speed.
+#pragma once
+
+#include <cstdio>  // std::snprintf
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+#include "trainkit/amp/concepts.hpp"
+#include "trainkit/amp/ops.hpp"  // on_gemm_type, to_gemm, gradient_flows
+#include "trainkit/autograd/ops/attention.hpp"
+#include "trainkit/backend/cpu/measured_route.hpp"  // route_table: the measured tile route
+
+namespace trainkit::amp {
+
+namespace ops {
+/// amp::scaled_dot_product_attention's node: q, k, v and the output as the kernel took and gave
+/// them (G: bfloat16, or T holding C values), the log-sum-exp and the mask in T.
+template <class Compute, class T, class D, class G>
+struct scaled_dot_product_attention {
+  static constexpr std::string_view name = "scaled_dot_product_attention";
+  tensor<G, D> q, k, v, out;
+  tensor<T, D> lse, mask;
+  backend::attention_problem p;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
+    return detail::gradients_from_gemm<T, Compute, G, D>(plain(detail::to_gemm<G, Compute>(g)), needs);
+  }
+  /// bf16: the gradient in and the three gradients out stay bf16 (held or tagged, as linear's).
+  std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
+                                                       const std::vector<bool>& needs) const
+    requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
+  {
+    return detail::gradient_flows<T, Compute, G, D>(plain(detail::gradient_to_gemm<G, Compute>(g)), needs, 3);
+  }
+
+ private:
+  /// dq, dk, dv summed in T; as G (rounded to bfloat16 when G is), else left for the caller's rounding.
+  std::vector<tensor<G, D>> plain(const tensor<G, D>& g) const {
+    auto dq = tensor<T, D>::empty(q.sizes()), dk = tensor<T, D>::empty(k.sizes()), dv = tensor<T, D>::empty(v.sizes());
+    using autograd::detail::attention_view_of;
+    backend::attention<D>::template backward<Compute>(
+        p, attention_view_of(q), attention_view_of(k), attention_view_of(v), autograd::detail::attention_mask_view(mask),
+        attention_view_of(out), lse.data(), attention_view_of(autograd::detail::attention_operand(g)), dq.data(),
+        dk.data(), dv.data());
+    if constexpr (std::is_same_v<G, T>)
+      return {std::move(dq), std::move(dk), std::move(dv)};
+    else
+      return {cast<G>(dq), cast<G>(dk), cast<G>(dv)};
+  }
+};
+}  // namespace ops
+
+namespace detail {
+/// x's values as G elements holding Compute values, features contiguous (as attention_operand):
+/// a bf16-held var's own tensor, a var tagged with Compute's precision as it is, else rounded.
+template <class G, class Compute, class T, class D>
+tensor<G, D> attention_values(const autograd::var<T, D>& x) {
+  tensor<G, D> t;
+  if constexpr (keeps_bf16<G, Compute>)
+    t = x.holds_bf16() ? x.value_bf16() : cast<Compute>(x.value());
+  else if (x.precision() == autograd::precision_of<Compute> && !x.holds_bf16())
+    t = x.value();
+  else
+    t = to_gemm<G, Compute>(x.value());
+  return autograd::detail::attention_operand(t);
+}
+/// Whether a bf16 attention of this problem runs its tiles on oneDNN's bf16 kernels (true) or as
+/// bf16 values held in fp32 on the fp32 kernels: the route in force, or - under the automatic
+/// route - the faster forward of the two for this shape and layout on this machine, measured at its
+/// first call and kept in the route file (backend/cpu/measured_route.hpp; the two sum in another
+/// order, so the choice must not change within a training). Small heads lose on oneDNN (the GPT
+/// example's [32, 4, 64, 32] heads: a step of 70 ms against 61 ms widened, 2 cores); long
+/// sequences win (0.7x the fp32 time at T = 1024, d = 64).
+template <class Compute, class T, class D>
+bool attention_tiles_native(const backend::attention_problem& p, const autograd::var<T, D>& q,
+                            const autograd::var<T, D>& k, const autograd::var<T, D>& v, const tensor<T, D>& mask) {
+  if (backend::get_cpu_gemm_route() == backend::cpu_gemm_route::onednn) return true;
+  if (!backend::detail::may_measure() || p.batch * p.heads * p.tq * p.tk == 0) return true;
+  const tensor<bfloat16, D> qb = attention_values<bfloat16, Compute>(q), kb = attention_values<bfloat16, Compute>(k),
+                            vb = attention_values<bfloat16, Compute>(v);
+  char key[200];
+  std::snprintf(key, sizeof key, "sdpa bf16 b%lld h%lld tq%lld tk%lld d%lld dv%lld c%d m%d ld%lld,%lld,%lld t%d",
+                (long long)p.batch, (long long)p.heads, (long long)p.tq, (long long)p.tk, (long long)p.d,
+                (long long)p.dv, int(p.causal), int(mask.defined()), (long long)qb.stride(2), (long long)kb.stride(2),
+                (long long)vb.stride(2), backend::detail::route_threads());
+  return backend::detail::route_table::get().choose(key, [&](bool native) {
+    auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
+    backend::attention_problem trial = p;
+    trial.dropout_p = 0;
+    using autograd::detail::attention_view_of;
+    if (native) {
+      auto out = autograd::detail::attention_output<bfloat16, D>(p);
+      backend::attention<D>::template forward<Compute>(trial, attention_view_of(qb), attention_view_of(kb),
+                                                       attention_view_of(vb), autograd::detail::attention_mask_view(mask),
+                                                       autograd::detail::attention_output_view(out), lse.data());
+    } else {
+      const tensor<T, D> qf = cast<T>(qb), kf = cast<T>(kb), vf = cast<T>(vb);
+      auto out = autograd::detail::attention_output<T, D>(p);
+      backend::attention<D>::template forward<Compute>(trial, attention_view_of(qf), attention_view_of(kf),
+                                                       attention_view_of(vf), autograd::detail::attention_mask_view(mask),
+                                                       autograd::detail::attention_output_view(out), lse.data());
+    }
+    return true;
+  });
+}
+}  // namespace detail
+
+/// torch.nn.functional.scaled_dot_product_attention under policy P (see the file comment); fp32:
+/// autograd::scaled_dot_product_attention. Same options, masks, dropout stream and errors.
+/// \tparam P a precision_policy
+template <precision_policy P, class T, class D>
+autograd::var<T, D> scaled_dot_product_attention(const autograd::var<T, D>& q, const autograd::var<T, D>& k,
+                                                 const autograd::var<T, D>& v,
+                                                 const autograd::attention_options<T, D>& o = {}) {
+  if constexpr (!P::runs_in_compute_type(autocast_op::scaled_dot_product_attention)) {
+    return autograd::scaled_dot_product_attention(q, k, v, o);
+  } else {
+    static_assert(std::is_same_v<D, cpu> && std::is_same_v<T, float>,
+                  "amp::scaled_dot_product_attention: float vars on the CPU so far (fused CUDA attention: issue 29)");
+    using C = typename P::compute_type;
+    const backend::attention_problem p = autograd::detail::attention_problem_of(q.sizes(), k.sizes(), v.sizes(), o);
+    const tensor<T, D> mask = autograd::detail::attention_additive_mask(p, o);
+    auto run = [&]<class G>(std::type_identity<G>) {
+      const tensor<G, D> qg = detail::attention_values<G, C>(q), kg = detail::attention_values<G, C>(k),
+                         vg = detail::attention_values<G, C>(v);
+      auto out = autograd::detail::attention_output<G, D>(p);
+      auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
+      using autograd::detail::attention_view_of;
+      if (out.numel() > 0)
+        backend::attention<D>::template forward<C>(p, attention_view_of(qg), attention_view_of(kg),
+                                                   attention_view_of(vg), autograd::detail::attention_mask_view(mask),
+                                                   autograd::detail::attention_output_view(out), lse.data());
+      ops::scaled_dot_product_attention<C, T, D, G> op{qg, kg, vg, out, lse, mask, p};
+      if constexpr (detail::keeps_bf16<G, C>) {
+        return autograd::record_bf16(std::move(op), out, q, k, v);
+      } else {
+        auto r = autograd::record(std::move(op), out, q, k, v);
+        r.set_precision(autograd::precision_of<C>);  // the kernel rounded it
+        return r;
+      }
+    };
+    return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G> g) {
+      if constexpr (std::is_same_v<G, bfloat16>)
+        if (!detail::attention_tiles_native<C>(p, q, k, v, mask)) return run(std::type_identity<T>{});
+      return run(g);
+    });
+  }
+}
+
+}  // namespace trainkit::amp
