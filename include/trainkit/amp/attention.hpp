@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdio>  // std::snprintf
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -88,25 +89,33 @@ bool attention_tiles_native(const backend::attention_problem& p, const autograd:
                             const autograd::var<T, D>& k, const autograd::var<T, D>& v, const tensor<T, D>& mask) {
   if (backend::get_cpu_gemm_route() == backend::cpu_gemm_route::onednn) return true;
   if (!backend::detail::may_measure() || p.batch * p.heads * p.tq * p.tk == 0) return true;
-  const tensor<bfloat16, D> qb = attention_values<bfloat16, Compute>(q), kb = attention_values<bfloat16, Compute>(k),
-                            vb = attention_values<bfloat16, Compute>(v);
+  // The row strides the kernel will read (attention_operand: as they lie when features are
+  // contiguous, else dense) - part of the key: oneDNN's speed depends on them.
+  auto row_stride = [](const autograd::var<T, D>& x) {
+    const shape& st = x.holds_bf16() ? x.value_bf16().strides() : x.value().strides();
+    return (long long)(st[3] == 1 || x.size(3) <= 1 ? st[2] : x.size(3));
+  };
   char key[200];
   std::snprintf(key, sizeof key, "sdpa bf16 b%lld h%lld tq%lld tk%lld d%lld dv%lld c%d m%d ld%lld,%lld,%lld t%d",
                 (long long)p.batch, (long long)p.heads, (long long)p.tq, (long long)p.tk, (long long)p.d,
-                (long long)p.dv, int(p.causal), int(mask.defined()), (long long)qb.stride(2), (long long)kb.stride(2),
-                (long long)vb.stride(2), backend::detail::route_threads());
+                (long long)p.dv, int(p.causal), int(mask.defined()), row_stride(q), row_stride(k), row_stride(v),
+                backend::detail::route_threads());
+  std::optional<tensor<bfloat16, D>> qb, kb, vb;  // made by the first trial only (a kept choice needs none)
   return backend::detail::route_table::get().choose(key, [&](bool native) {
     auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
     backend::attention_problem trial = p;
     trial.dropout_p = 0;
     using autograd::detail::attention_view_of;
+    if (!qb)
+      qb = attention_values<bfloat16, Compute>(q), kb = attention_values<bfloat16, Compute>(k),
+      vb = attention_values<bfloat16, Compute>(v);
     if (native) {
       auto out = autograd::detail::attention_output<bfloat16, D>(p);
-      backend::attention<D>::template forward<Compute>(trial, attention_view_of(qb), attention_view_of(kb),
-                                                       attention_view_of(vb), autograd::detail::attention_mask_view(mask),
+      backend::attention<D>::template forward<Compute>(trial, attention_view_of(*qb), attention_view_of(*kb),
+                                                       attention_view_of(*vb), autograd::detail::attention_mask_view(mask),
                                                        autograd::detail::attention_output_view(out), lse.data());
     } else {
-      const tensor<T, D> qf = cast<T>(qb), kf = cast<T>(kb), vf = cast<T>(vb);
+      const tensor<T, D> qf = cast<T>(*qb), kf = cast<T>(*kb), vf = cast<T>(*vb);
       auto out = autograd::detail::attention_output<T, D>(p);
       backend::attention<D>::template forward<Compute>(trial, attention_view_of(qf), attention_view_of(kf),
                                                        attention_view_of(vf), autograd::detail::attention_mask_view(mask),
