@@ -81,9 +81,9 @@ tensor<G, D> attention_values(const autograd::var<T, D>& x) {
 /// bf16 values held in fp32 on the fp32 kernels: the route in force, or - under the automatic
 /// route - the faster forward of the two for this shape and layout on this machine, measured at its
 /// first call and kept in the route file (backend/cpu/measured_route.hpp; the two sum in another
-/// order, so the choice must not change within a training). Small heads lose on oneDNN (the GPT
-/// example's [32, 4, 64, 32] heads: a step of 70 ms against 61 ms widened, 2 cores); long
-/// sequences win (0.7x the fp32 time at T = 1024, d = 64).
+/// order, so the choice must not change within a training). On the 2-core AVX512-BF16 EPYC oneDNN
+/// won both shapes measured: the GPT example's [32, 4, 64, 32] heads (forward 1.36 against
+/// 1.78 ms) and [4, 8, 1024, 64] (forward + backward 0.7x the fp32 time).
 template <class Compute, class T, class D>
 bool attention_tiles_native(const backend::attention_problem& p, const autograd::var<T, D>& q,
                             const autograd::var<T, D>& k, const autograd::var<T, D>& v, const tensor<T, D>& mask) {
@@ -102,25 +102,15 @@ bool attention_tiles_native(const backend::attention_problem& p, const autograd:
                 backend::detail::route_threads());
   std::optional<tensor<bfloat16, D>> qb, kb, vb;  // made by the first trial only (a kept choice needs none)
   return backend::detail::route_table::get().choose(key, [&](bool native) {
-    auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
     backend::attention_problem trial = p;
     trial.dropout_p = 0;
-    using autograd::detail::attention_view_of;
     if (!qb)
       qb = attention_values<bfloat16, Compute>(q), kb = attention_values<bfloat16, Compute>(k),
       vb = attention_values<bfloat16, Compute>(v);
-    if (native) {
-      auto out = autograd::detail::attention_output<bfloat16, D>(p);
-      backend::attention<D>::template forward<Compute>(trial, attention_view_of(*qb), attention_view_of(*kb),
-                                                       attention_view_of(*vb), autograd::detail::attention_mask_view(mask),
-                                                       autograd::detail::attention_output_view(out), lse.data());
-    } else {
-      const tensor<T, D> qf = cast<T>(*qb), kf = cast<T>(*kb), vf = cast<T>(*vb);
-      auto out = autograd::detail::attention_output<T, D>(p);
-      backend::attention<D>::template forward<Compute>(trial, attention_view_of(qf), attention_view_of(kf),
-                                                       attention_view_of(vf), autograd::detail::attention_mask_view(mask),
-                                                       autograd::detail::attention_output_view(out), lse.data());
-    }
+    if (native)
+      (void)autograd::detail::attention_forward<Compute>(trial, *qb, *kb, *vb, mask);
+    else
+      (void)autograd::detail::attention_forward<Compute>(trial, cast<T>(*qb), cast<T>(*kb), cast<T>(*vb), mask);
     return true;
   });
 }
@@ -144,13 +134,7 @@ autograd::var<T, D> scaled_dot_product_attention(const autograd::var<T, D>& q, c
     auto run = [&]<class G>(std::type_identity<G>) {
       const tensor<G, D> qg = detail::attention_values<G, C>(q), kg = detail::attention_values<G, C>(k),
                          vg = detail::attention_values<G, C>(v);
-      auto out = autograd::detail::attention_output<G, D>(p);
-      auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
-      using autograd::detail::attention_view_of;
-      if (out.numel() > 0)
-        backend::attention<D>::template forward<C>(p, attention_view_of(qg), attention_view_of(kg),
-                                                   attention_view_of(vg), autograd::detail::attention_mask_view(mask),
-                                                   autograd::detail::attention_output_view(out), lse.data());
+      auto [out, lse] = autograd::detail::attention_forward<C>(p, qg, kg, vg, mask);
       ops::scaled_dot_product_attention<C, T, D, G> op{qg, kg, vg, out, lse, mask, p};
       if constexpr (detail::keeps_bf16<G, C>) {
         return autograd::record_bf16(std::move(op), out, q, k, v);

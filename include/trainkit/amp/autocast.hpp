@@ -81,7 +81,6 @@ class autocast {
   }
   static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op, attention_for()};
 
-
   autograd::autocast_guard<T, D> guard_;
 };
 

@@ -34,20 +34,14 @@ struct attention_mask {
 };
 
 /// A [batch, heads, tokens, features] operand whose features are contiguous: element (b, h, t, c)
-/// at p[b * sb + h * sh + t * st + c] - a dense tensor, or the heads of a packed projection
-/// ([N, L, 3, H, hd] permuted) read where they lie.
+/// at p[b * sb + h * sh + t * st + c] - a dense tensor, or the heads of a projection ([N, L, H, hd]
+/// permuted) read where they lie.
 template <class T>
 struct attention_view {
   T* p = nullptr;
   index_t sb = 0, sh = 0, st = 0;
   T* at(index_t b, index_t h) const noexcept { return p + b * sb + h * sh; }
 };
-
-/// The view of a dense [batch, heads, tokens, features] array.
-template <class T>
-attention_view<T> dense_attention_view(T* p, index_t heads, index_t tokens, index_t features) noexcept {
-  return {p, heads * tokens * features, tokens * features, features};
-}
 
 /// A model provides, for operand types G and accumulator types A (G = A: float, double; a mixed
 /// precision run: G = bfloat16 or A, with R the compute type the probabilities, dS and the outputs

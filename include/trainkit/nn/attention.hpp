@@ -6,8 +6,9 @@
 //   var<float> y = attn(x, x, x, {.is_causal = true});    // x [N, L, E] -> y [N, L, E]
 //
 // The projections are torch's: one packed in_proj_weight [3E, E] (q, k, v rows in that order, each
-// block applied as its own GEMM) and in_proj_bias [3E], then out_proj (a linear E -> E); the state dict names and order are torch's
-// (in_proj_weight, in_proj_bias, out_proj.weight, out_proj.bias), so weights load across.
+// block applied as its own GEMM) and in_proj_bias [3E], then out_proj (a linear E -> E); the state
+// dict names and order are torch's (in_proj_weight, in_proj_bias, out_proj.weight,
+// out_proj.bias), so weights load across.
 #pragma once
 
 #include <cstdint>

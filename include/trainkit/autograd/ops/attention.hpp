@@ -14,6 +14,7 @@
 #include <optional>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "trainkit/autograd/autocast.hpp"
 #include "trainkit/autograd/function.hpp"
@@ -99,10 +100,7 @@ template <class T, class D>
 tensor<T, D> attention_output(const backend::attention_problem& p) {
   return tensor<T, D>::empty({p.batch, p.tq, p.heads, p.dv}).permute({0, 2, 1, 3});
 }
-template <class T, class D>
-backend::attention_view<T> attention_output_view(tensor<T, D>& out) {
-  return {out.data(), out.stride(0), out.stride(1), out.stride(2)};
-}
+
 
 /// A boolean mask as an additive one of its sizes: -inf where an element equals `hidden`, else 0
 /// (scaled_dot_product_attention hides false; nn::multi_head_attention's masks hide true).
@@ -146,6 +144,22 @@ backend::attention_mask<T> attention_mask_view(const tensor<T, D>& m) {
   if (!m.defined()) return {};
   return {m.data(), m.stride(0), m.stride(1), m.stride(2), m.stride(3)};
 }
+/// The fused forward of q, k, v (attention_operand tensors of G) with R's rounding (void: none):
+/// the output (attention_output) and the log-sum-exp [B, H, Tq] in A.
+template <class R = void, class A, class G, class D>
+std::pair<tensor<G, D>, tensor<A, D>> attention_forward(const backend::attention_problem& p, const tensor<G, D>& q,
+                                                        const tensor<G, D>& k, const tensor<G, D>& v,
+                                                        const tensor<A, D>& mask) {
+  auto out = attention_output<G, D>(p);
+  auto lse = tensor<A, D>::empty({p.batch, p.heads, p.tq});
+  if (out.numel() > 0)
+    backend::attention<D>::template forward<R>(p, attention_view_of(q), attention_view_of(k), attention_view_of(v),
+                                               attention_mask_view(mask),
+                                               backend::attention_view<G>{out.data(), out.stride(0), out.stride(1),
+                                                                          out.stride(2)},
+                                               lse.data());
+  return {std::move(out), std::move(lse)};
+}
 }  // namespace detail
 
 namespace ops {
@@ -183,12 +197,7 @@ var<T, D> scaled_dot_product_attention(const var<T, D>& q, const var<T, D>& k, c
   const tensor<T, D> mask = detail::attention_additive_mask(p, o);
   const tensor<T, D> qc = detail::attention_operand(q.value()), kc = detail::attention_operand(k.value()),
                      vc = detail::attention_operand(v.value());
-  auto out = detail::attention_output<T, D>(p);
-  auto lse = tensor<T, D>::empty({p.batch, p.heads, p.tq});
-  if (out.numel() > 0)
-    backend::attention<D>::forward(p, detail::attention_view_of(qc), detail::attention_view_of(kc),
-                                   detail::attention_view_of(vc), detail::attention_mask_view(mask),
-                                   detail::attention_output_view(out), lse.data());
+  auto [out, lse] = detail::attention_forward(p, qc, kc, vc, mask);
   return record(ops::scaled_dot_product_attention<T, D>{qc, kc, vc, out, lse, mask, p}, out, q, k, v);
 }
 
