@@ -193,6 +193,32 @@ def kernel_counts(args):
         emit({"bench": name, "kernels": three - two, "stack3": three, "stack2": two})
 
 
+def attention(args):
+    """torch.nn.functional.scaled_dot_product_attention forward + backward, causal [4, 16, T, 64]:
+    the rows of bench_cuda_attention (bf16 under autocast; fp32 with TF32 off)."""
+    import torch
+    import torch.nn.functional as F
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, t, bf16 in (("attention_bf16_t1024", 1024, True), ("attention_bf16_t4096", 4096, True),
+                          ("attention_fp32_t1024", 1024, False)):
+        g = torch.Generator(device="cuda").manual_seed(1)
+        q, k, v, dout = (torch.randn(4, 16, t, 64, device="cuda", generator=g) for _ in range(4))
+        for x in (q, k, v):
+            x.requires_grad_(True)
+
+        def step():
+            for x in (q, k, v):
+                x.grad = None
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            out.backward(dout.to(out.dtype))
+
+        ms = time_ms(step, args.warmup, args.iters)
+        flops = 4.0 * 16 * t * t * 64 * 2 * 3.5 / 2
+        emit({"bench": name, "ms": round(ms, 4), "tflops": round(flops / (ms * 1e-3) / 1e12, 1)})
+
+
 def load(path):
     rows = {}
     with open(path) as f:
@@ -237,9 +263,12 @@ def compare(args):
                          f"{'ok' if passed else 'BELOW'} |")
         else:
             ratio = r["ms"] / p["ms"] if p else float("nan")
-            passed = p is not None and ratio <= 1.0
             ref = f"{p['ms']:.3f} ms" if p else "-"
-            lines.append(f"| {name} | {r['ms']:.3f} ms | {ref} | {ratio:.2f}x | <= 1.0x | {'ok' if passed else 'SLOWER'} |")
+            # Attention in bf16: at most 1.1x PyTorch's fused attention (issue 29); fp32 is reported only.
+            limit = 1.1 if name.startswith("attention_bf16") else None if name.startswith("attention_") else 1.0
+            passed = limit is None or (p is not None and ratio <= limit)
+            target = f"<= {limit}x" if limit else "-"
+            lines.append(f"| {name} | {r['ms']:.3f} ms | {ref} | {ratio:.2f}x | {target} | {'ok' if passed else 'SLOWER'} |")
         ok = ok and passed
     print("\n".join(lines))
     return 0 if ok else 1
@@ -272,6 +301,7 @@ def main():
     if not args.skip_steps:
         train_steps(args)
     kernel_counts(args)
+    attention(args)
     return 0
 
 

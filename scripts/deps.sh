@@ -79,3 +79,16 @@ trainkit_install_deps() {
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "${apt_opts[@]}" install -y --no-install-recommends \
     "${missing[@]}"
 }
+
+# trainkit_install_cudnn_frontend: where nvcc is installed, the cuDNN frontend's C++ headers from
+# PyPI (nvidia-cudnn-frontend; --no-deps: its Python half's dependencies are not needed), which
+# trainkit::cudnn_frontend (cuDNN's fused attention on the GPU) builds with. Best effort: without it
+# the CUDA attention runs on trainkit's own kernels and the build says so.
+trainkit_install_cudnn_frontend() {
+  { command -v nvcc || ls /usr/local/cuda/bin/nvcc; } >/dev/null 2>&1 || return 0
+  python3 -c 'import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()["purelib"], "include", "cudnn_frontend.h")) else 1)' \
+    >/dev/null 2>&1 && return 0
+  { python3 -m pip install --quiet --no-deps nvidia-cudnn-frontend ||
+    python3 -m pip install --quiet --no-deps --break-system-packages nvidia-cudnn-frontend; } >/dev/null 2>&1 ||
+    echo "could not pip install nvidia-cudnn-frontend: CUDA attention will be built on trainkit's kernels only"
+}

@@ -31,7 +31,8 @@
 #      threads (test_cuda_ddp / test_cuda_step_sync, thread_group on device buffers, where built) and
 #      as MPI processes (mpirun -np 2, where the pack carries Open MPI)
 #   3. bench_cuda_bandwidth, bench_cuda_train_step (the strict-fp32 - TF32 off - vs bf16 step of
-#      the 4 x 4096 MLP, and the CNN) and bench_cuda_kernel_count (kernels per Linear forward +
+#      the 4 x 4096 MLP, and the CNN), bench_cuda_attention (causal attention forward + backward,
+#      bf16 at T = 1024 and 4096, fp32 at 1024) and bench_cuda_kernel_count (kernels per Linear forward +
 #      backward under bf16, CUPTI), then benchmarks/compare_pytorch_cuda.py: the same work in
 #      PyTorch eager (kernels counted by torch.profiler), and the comparison table
 #   4. compute-sanitizer --tool memcheck on the elementwise and reduction tests
@@ -72,6 +73,11 @@ if [[ "${1:-}" == "--pack" ]]; then
   for f in benchmarks/*.cu; do expected+=("bench_$(basename "$f" .cu)"); done
   for f in examples/*.cu; do expected+=("$(basename "$f" .cu)_cuda"); done
   mapfile -t expected < <(printf '%s\n' "${expected[@]}" | awk '!seen[$0]++')
+
+  # cuDNN's fused attention (trainkit::cudnn_frontend) needs the cuDNN frontend's headers (PyPI).
+  # shellcheck source=scripts/deps.sh
+  source "$repo/scripts/deps.sh"
+  trainkit_install_cudnn_frontend
 
   echo "== configure + build ($build, -j$jobs)"
   t0=$(date +%s)
@@ -171,7 +177,8 @@ if [[ "${1:-}" == "--pack" ]]; then
   cp benchmarks/compare_pytorch_cuda.py "$pack/"
   rows="$( (grep -ho 'run("[^"]*"' benchmarks/cuda_bandwidth.cu | sed 's/run("//; s/"$//'
     grep -ho '"\(mlp\|cnn\)_[a-z0-9_]*"' benchmarks/cuda_train_step.cu | tr -d '"'
-    grep -ho '"linear_[a-z0-9]*_kernels"' benchmarks/cuda_kernel_count.cu | tr -d '"') | awk '!seen[$0]++')"
+    grep -ho '"linear_[a-z0-9]*_kernels"' benchmarks/cuda_kernel_count.cu | tr -d '"'
+    grep -ho '"attention_[a-z0-9_]*"' benchmarks/cuda_attention.cu | tr -d '"') | awk '!seen[$0]++')"
   while read -r r; do
     [[ -z "$r" ]] && continue
     echo "row trainkit $r" >>"$manifest"
@@ -446,7 +453,7 @@ pt_rows="$out/bench_pytorch.jsonl"
 : >"$blog"
 : >"$tk_rows"
 : >"$pt_rows"
-for b in bench_cuda_bandwidth bench_cuda_train_step bench_cuda_kernel_count; do
+for b in bench_cuda_bandwidth bench_cuda_train_step bench_cuda_kernel_count bench_cuda_attention; do
   if has "$b"; then
     t0=$(date +%s)
     timeout -k 5 "$(limit 90)" env LD_LIBRARY_PATH="$ldpath" "$root/bin/$b" >>"$tk_rows" 2>>"$blog"

@@ -31,6 +31,7 @@ data_dir=/usr/share/datasets/fashion-mnist
 source "$repo_root/scripts/deps.sh"
 if ((all)); then
   trainkit_install_deps "${TRAINKIT_SETUP_PACKAGES[@]}" "${TRAINKIT_EXAMPLE_PACKAGES[@]}"
+  trainkit_install_cudnn_frontend
 else
   trainkit_install_deps "${TRAINKIT_SETUP_PACKAGES[@]}"
 fi

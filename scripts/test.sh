@@ -50,6 +50,8 @@ if ! python3 -c 'import tensorboard' >/dev/null 2>&1; then
     >/dev/null 2>&1 || echo "test.sh: could not pip install tensorboard; the TensorBoard reader tests will be skipped"
 fi
 
+trainkit_install_cudnn_frontend  # cuDNN's fused attention (CUDA builds; scripts/deps.sh)
+
 # suite <name> <build dir> <ctest args...> -- <cmake configure args...>
 # Configures, builds and runs ctest (even after a failed build: whatever did build is tested); the
 # ctest output also goes to <build dir>/ctest.log.
@@ -117,10 +119,13 @@ if ((run_fuzz)); then
 fi
 
 main_status=FAILED
-# -O2 without -DNDEBUG: asserts stay on in tests; no -g, which slows every compile and link.
+# -O2 without -DNDEBUG: asserts stay on in tests; no -g, which slows every compile and link. The
+# host pass of the .cu files at -O1 (their device code is optimised either way): here they are
+# compiled and linked, and they run where a GPU is - a GPU machine runs gpu-check's Release build.
 if suite main "$repo_root/build-test" -- \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2" \
+    "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O1" \
     -DTRAINKIT_WERROR=ON \
     -DTRAINKIT_SANITIZE=OFF "-DTRAINKIT_CUDA=$({ command -v nvcc || ls /usr/local/cuda/bin/nvcc; } >/dev/null 2>&1 && echo ON || echo OFF)" \
     -DTRAINKIT_BUILD_TESTS=ON \

@@ -53,6 +53,7 @@
 #include "trainkit/backend/cuda/block_reduce.cuh"
 #include "trainkit/backend/cuda/norm.cuh"
 #include "trainkit/backend/cuda/softmax.cuh"
+#include "trainkit/backend/cuda/attention.cuh"
 #include "trainkit/backend/cuda/dropout.cuh"
 #include "trainkit/backend/cuda/gather.cuh"
 #include "trainkit/backend/cuda/multi_tensor.cuh"

@@ -9,7 +9,8 @@
 // bf16 kernels with fp32 results (q, k, v and the saved output held in bf16: half the bytes) where
 // they measured faster for the shape (detail::attention_tiles_native); otherwise (no bf16
 // arithmetic, fp16 on the CPU, small heads) the same rounded values held in fp32 on the fp32
-// kernels - the same products, exact in fp32, at fp32's speed.
+// kernels - the same products, exact in fp32, at fp32's speed. On the GPU the operands are bf16 or
+// fp16 tensors and the kernel is cuDNN's fused attention or trainkit's (backend/cuda/attention.cuh).
 #pragma once
 
 #include <cstdio>  // std::snprintf
@@ -71,10 +72,10 @@ tensor<G, D> attention_values(const autograd::var<T, D>& x) {
   tensor<G, D> t;
   if constexpr (keeps_bf16<G, Compute>)
     t = x.holds_bf16() ? x.value_bf16() : cast<Compute>(x.value());
-  else if (x.precision() == autograd::precision_of<Compute> && !x.holds_bf16())
-    t = x.value();
+  else if constexpr (std::is_same_v<G, T>)
+    t = x.precision() == autograd::precision_of<Compute> && !x.holds_bf16() ? x.value() : to_gemm<G, Compute>(x.value());
   else
-    t = to_gemm<G, Compute>(x.value());
+    t = to_gemm<G, Compute>(x.value());  // fp16 operands on the GPU
   return autograd::detail::attention_operand(t);
 }
 /// Whether a bf16 attention of this problem runs its tiles on oneDNN's bf16 kernels (true) or as
@@ -126,8 +127,7 @@ autograd::var<T, D> scaled_dot_product_attention(const autograd::var<T, D>& q, c
   if constexpr (!P::runs_in_compute_type(autocast_op::scaled_dot_product_attention)) {
     return autograd::scaled_dot_product_attention(q, k, v, o);
   } else {
-    static_assert(std::is_same_v<D, cpu> && std::is_same_v<T, float>,
-                  "amp::scaled_dot_product_attention: float vars on the CPU so far (fused CUDA attention: issue 29)");
+    static_assert(std::is_same_v<T, float>, "amp::scaled_dot_product_attention: float vars");
     using C = typename P::compute_type;
     const backend::attention_problem p = autograd::detail::attention_problem_of(q.sizes(), k.sizes(), v.sizes(), o);
     const tensor<T, D> mask = autograd::detail::attention_additive_mask(p, o);
@@ -139,13 +139,18 @@ autograd::var<T, D> scaled_dot_product_attention(const autograd::var<T, D>& q, c
       if constexpr (detail::keeps_bf16<G, C>) {
         return autograd::record_bf16(std::move(op), out, q, k, v);
       } else {
-        auto r = autograd::record(std::move(op), out, q, k, v);
+        tensor<T, D> o;
+        if constexpr (std::is_same_v<G, T>)
+          o = out;
+        else
+          o = detail::from_gemm<T, C>(out);  // fp16 on the GPU: widened (exact)
+        auto r = autograd::record(std::move(op), o, q, k, v);
         r.set_precision(autograd::precision_of<C>);  // the kernel rounded it
         return r;
       }
     };
     return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G> g) {
-      if constexpr (std::is_same_v<G, bfloat16>)
+      if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<D, cpu>)
         if (!detail::attention_tiles_native<C>(p, q, k, v, mask)) return run(std::type_identity<T>{});
       return run(g);
     });

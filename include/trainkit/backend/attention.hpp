@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "trainkit/config.hpp"  // TRAINKIT_HD
 #include "trainkit/core/device.hpp"
 #include "trainkit/core/shape.hpp"
 
@@ -40,7 +41,7 @@ template <class T>
 struct attention_view {
   T* p = nullptr;
   index_t sb = 0, sh = 0, st = 0;
-  T* at(index_t b, index_t h) const noexcept { return p + b * sb + h * sh; }
+  TRAINKIT_HD T* at(index_t b, index_t h) const noexcept { return p + b * sb + h * sh; }
 };
 
 /// A model provides, for operand types G and accumulator types A (G = A: float, double; a mixed

@@ -158,9 +158,9 @@ class multi_head_attention : public module<T, Device> {
   generator& rng() const noexcept { return *gen_; }
 
  private:
-  /// Every mask as one additive [N, 1 or H, L, S] mask (0 / -inf for the boolean ones), checked.
+  /// Every mask as one additive [N, 1 or H, L, S] mask (0 / -inf for the boolean ones), checked;
+  /// combined on the host (a GPU's masks are read back once per call).
   tensor_type combined_mask(const masks_type& m, index_t n, index_t l, index_t s, bool batched) const {
-    static_assert(std::is_same_v<Device, cpu>, "multi_head_attention masks: CPU only so far");
     constexpr const char* op = "multi_head_attention";
     const T ninf = -std::numeric_limits<T>::infinity();
     TRAINKIT_CHECK(!(m.attn_mask.defined() && m.attn_mask_float.defined()), usage_error, op,
@@ -193,7 +193,7 @@ class multi_head_attention : public module<T, Device> {
                                          : m.key_padding_mask_float.contiguous())
                .to_vector();
     }
-    auto out = tensor_type::empty({n, mh, l, s});
+    auto out = tensor<T, cpu>::empty({n, mh, l, s});
     T* o = out.data();
     for (index_t b = 0; b < n; ++b)
       for (index_t h = 0; h < mh; ++h)
@@ -205,7 +205,10 @@ class multi_head_attention : public module<T, Device> {
             if (m.is_causal && j > i) x = ninf;
             *o++ = x;
           }
-    return out;
+    if constexpr (std::is_same_v<Device, cpu>)
+      return out;
+    else
+      return out.template to<Device>();
   }
 
   index_t embed_, heads_;

@@ -103,16 +103,12 @@ tensor<T, D> attention_output(const backend::attention_problem& p) {
 
 
 /// A boolean mask as an additive one of its sizes: -inf where an element equals `hidden`, else 0
-/// (scaled_dot_product_attention hides false; nn::multi_head_attention's masks hide true).
+/// (scaled_dot_product_attention hides false; nn::multi_head_attention's masks hide true) - the log
+/// of its 1 / 0 visibility, exact on every device.
 template <class T, class D>
 tensor<T, D> additive_mask(const tensor<bool, D>& mask, bool hidden) {
-  static_assert(std::is_same_v<D, cpu>, "boolean attention masks: CPU only so far");
-  const tensor<bool, D> b = mask.contiguous();
-  auto m = tensor<T, D>::empty(b.sizes());
-  const bool* src = b.data();
-  T* dst = m.data();
-  for (index_t i = 0, n = b.numel(); i < n; ++i) dst[i] = src[i] == hidden ? -std::numeric_limits<T>::infinity() : T(0);
-  return m;
+  const tensor<T, D> seen = ::trainkit::cast<T>(mask);
+  return ::trainkit::log(hidden ? 1.0 - seen : seen);
 }
 
 /// The additive mask as [B, H, Tq, Tk] (a broadcast view; a boolean one turned into 0 / -inf).
@@ -180,8 +176,8 @@ struct scaled_dot_product_attention {
 };
 }  // namespace ops
 
-/// torch.nn.functional.scaled_dot_product_attention on [B, H, T, d] inputs: fused on the CPU
-/// (float, double; inside an amp::autocast scope, amp::scaled_dot_product_attention: its GEMMs in
+/// torch.nn.functional.scaled_dot_product_attention on [B, H, T, d] inputs: fused on the CPU and
+/// the GPU (float, double; inside an amp::autocast scope, amp::scaled_dot_product_attention: its GEMMs in
 /// the compute type, as torch.autocast lists it). Rows that every key is masked from give 0 (and
 /// no gradient), as torch's fused kernels do. Inputs whose features are contiguous are read where
 /// they lie (the heads of a projection, permuted: no copy); the output is a [B, H, Tq, dv] view of
@@ -189,7 +185,6 @@ struct scaled_dot_product_attention {
 template <class T, class D>
 var<T, D> scaled_dot_product_attention(const var<T, D>& q, const var<T, D>& k, const var<T, D>& v,
                                        const attention_options<T, D>& o = {}) {
-  static_assert(std::is_same_v<D, cpu>, "scaled_dot_product_attention: CPU only so far (fused CUDA attention: issue 29)");
   static_assert(std::is_floating_point_v<T>, "scaled_dot_product_attention: float or double");
   if (const auto* ac = current_autocast<T, D>(); ac != nullptr && ac->attention != nullptr)
     return ac->attention(q, k, v, o);  // inside a precision scope (amp::autocast)

@@ -26,6 +26,9 @@ struct settings_t {
   std::size_t cudnn_workspace_limit = std::size_t(1) << 30;
   /// Batch norm of float/double with affine parameters runs through cuDNN (else our kernels).
   bool cudnn_batch_norm = true;
+  /// bf16 / fp16 attention without dropout or an explicit mask runs through cuDNN's fused flash
+  /// attention where the code is built with trainkit::cudnn_frontend (else trainkit's kernels).
+  bool cudnn_attention = true;
   /// Workspace of each cuBLASLt handle (NVIDIA recommends 32 MiB on Hopper).
   std::size_t cublas_workspace = std::size_t(32) << 20;
 };
