@@ -9,15 +9,14 @@
 // Each row prints the route that ran ("cudnn" or "own").
 //
 //   bench_cuda_attention [--steps N] [--warmup N]
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include <trainkit/cuda.cuh>
 
-#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+#include "machine.cuh"  // start_gpu_benchmark, flag, time_steps
 
 namespace {
 namespace tk = trainkit;
@@ -25,30 +24,12 @@ namespace ag = trainkit::autograd;
 using tk::cuda;
 using tk::index_t;
 
-int flag(int argc, char** argv, const char* name, int def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  return def;
-}
-
 tk::tensor<float, cuda> random_input(const tk::shape& s, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> n(0.0f, 1.0f);
   std::vector<float> v(static_cast<std::size_t>(tk::numel(s)));
   for (auto& e : v) e = n(rng);
   return tk::tensor<float>::from_vector(v, s).to<cuda>();
-}
-
-template <class F>
-double time_steps(int warmup, int steps, F&& step) {
-  for (int i = 0; i < warmup; ++i) step();
-  tk::gpu::synchronize();
-  tk::gpu::event start(true), stop(true);
-  start.record();
-  for (int i = 0; i < steps; ++i) step();
-  stop.record();
-  stop.synchronize();
-  return double(tk::gpu::event::elapsed_ms(start, stop)) / steps;
 }
 
 const char* route_name() {
@@ -79,12 +60,8 @@ void run(const char* name, index_t t, bool bf16, int warmup, int steps) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (!tk::gpu::available()) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  print_machine();
-  const int steps = flag(argc, argv, "--steps", 20), warmup = flag(argc, argv, "--warmup", 5);
+  if (!start_gpu_benchmark()) return 77;
+  const int steps = int(flag(argc, argv, "--steps", 20)), warmup = int(flag(argc, argv, "--warmup", 5));
   run("attention_bf16_t1024", 1024, true, warmup, steps);
   run("attention_bf16_t4096", 4096, true, warmup, steps);
   run("attention_fp32_t1024", 1024, false, warmup, std::max(2, steps / 4));

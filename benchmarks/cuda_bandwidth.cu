@@ -16,7 +16,7 @@
 
 #include <trainkit/cuda.cuh>
 
-#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+#include "machine.cuh"  // start_gpu_benchmark: the CPU and GPU in the output
 
 namespace tk = trainkit;
 using tk::cuda;
@@ -40,20 +40,10 @@ double time_ms(int iters, const std::function<void()>& op) {
   return double(tk::gpu::event::elapsed_ms(start, stop)) / iters;
 }
 
-double flag(int argc, char** argv, const char* name, double def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atof(argv[i + 1]);
-  return def;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (!tk::gpu::available()) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  print_machine();
+  if (!start_gpu_benchmark()) return 77;
   const int iters = int(flag(argc, argv, "--iters", 20));
   const double mib = flag(argc, argv, "--mib", 256), peak = flag(argc, argv, "--peak-gbps", 4800);
   const index_t n = index_t(mib * double(1 << 20) / 4);

@@ -22,7 +22,7 @@
 
 #include <trainkit/cuda.cuh>
 
-#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+#include "machine.cuh"  // start_gpu_benchmark: the CPU and GPU in the output
 
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
@@ -103,11 +103,7 @@ void report(const char* name) {
 }  // namespace
 
 int main() try {
-  if (!tk::gpu::available()) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  print_machine();
+  if (!start_gpu_benchmark()) return 77;
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   report<tk::amp::mixed_bf16>("linear_bf16_kernels");
   report<tk::amp::fp32>("linear_fp32_kernels");

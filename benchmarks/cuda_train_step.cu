@@ -16,14 +16,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 
 #include <trainkit/cuda.cuh>
 
-#include "machine.cuh"  // print_machine: the CPU and GPU in the output
+#include "machine.cuh"  // start_gpu_benchmark, flag, time_steps
 
 #define FASHION_MNIST_CNN_MODEL_ONLY
 #include "../examples/fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the model of the CNN examples
@@ -34,17 +33,6 @@ using tk::cuda;
 using tk::index_t;
 
 namespace {
-
-int flag(int argc, char** argv, const char* name, int def) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  return def;
-}
-const char* str_flag(int argc, char** argv, const char* name) {
-  for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], name) == 0) return argv[i + 1];
-  return nullptr;
-}
 
 template <class T>
 tk::tensor<T, cuda> random_input(tk::shape s, unsigned seed) {
@@ -58,18 +46,6 @@ tk::tensor<std::int64_t, cuda> random_labels(index_t n, index_t classes) {
   std::vector<std::int64_t> v(static_cast<std::size_t>(n));
   for (index_t i = 0; i < n; ++i) v[std::size_t(i)] = (i * 7919) % classes;
   return tk::tensor<std::int64_t>::from_vector(v).to<cuda>();
-}
-
-/// Mean ms per step of `step` after `warmup` untimed ones.
-double time_steps(int warmup, int steps, const std::function<void()>& step) {
-  for (int i = 0; i < warmup; ++i) step();
-  tk::gpu::synchronize();
-  tk::gpu::event start(true), stop(true);
-  start.record();
-  for (int i = 0; i < steps; ++i) step();
-  stop.record();
-  stop.synchronize();
-  return double(tk::gpu::event::elapsed_ms(start, stop)) / steps;
 }
 
 void report(const char* name, index_t batch, double ms) {
@@ -98,12 +74,8 @@ auto make_cnn() {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (!tk::gpu::available()) {
-    std::printf("SKIPPED: no CUDA device\n");
-    return 77;
-  }
-  print_machine();
-  const int steps = flag(argc, argv, "--steps", 50), warmup = flag(argc, argv, "--warmup", 10);
+  if (!start_gpu_benchmark()) return 77;
+  const int steps = int(flag(argc, argv, "--steps", 50)), warmup = int(flag(argc, argv, "--warmup", 10));
   const char* only = str_flag(argc, argv, "--only");
   auto wanted = [&](const char* name) { return only == nullptr || std::strcmp(only, name) == 0; };
   const index_t mlp_batch = 1024, cnn_batch = 128;
