@@ -381,4 +381,21 @@ struct allocator<cuda> {
   static double mib(std::size_t b) { return double(b) / double(1 << 20); }
 };
 
+namespace backend::gpu::detail {
+/// Device memory of n elements of T for the length of a call (a kernel's scratch, a cuDNN
+/// workspace), handed back to the caching allocator when it goes out of scope - after the work
+/// using it is enqueued: stream-ordered, the block goes only to work queued after it.
+template <class T = std::byte>
+struct scratch {
+  T* p = nullptr;
+  std::size_t bytes = 0;
+  explicit scratch(std::size_t n) : bytes(n * sizeof(T)) {
+    if (bytes) p = static_cast<T*>(allocator<cuda>::allocate(bytes));
+  }
+  scratch(const scratch&) = delete;
+  scratch& operator=(const scratch&) = delete;
+  ~scratch() { allocator<cuda>::deallocate(p, bytes); }
+};
+}  // namespace backend::gpu::detail
+
 }  // namespace trainkit

@@ -299,11 +299,12 @@ struct attention<cuda> {
       if (mask.p == nullptr && gpu::settings().cudnn_attention) {
         namespace ca = gpu::cudnn_attention;
         const ca::operand o = operand_of(out);
+        cudnnHandle_t h = gpu::detail::cudnn();
         // The backward's upstream gradient is not known yet: the pair is found for a gradient in
         // the output's layout (the usual case: the gradient of a merged-head view).
-        if (const ca::plan* pl = plan_for<G>(p, q, k, v, o, o)) {
-          workspace ws(ca::forward_workspace(*pl));
-          ca::forward(*pl, gpu::detail::cudnn(), operand_of(q), operand_of(k), operand_of(v), out.p, lse, ws.p);
+        if (const ca::plan* pl = plan_for<G>(h, p, q, k, v, o, o)) {
+          gpu::detail::scratch<> ws{std::size_t(ca::forward_workspace(*pl))};
+          ca::forward(*pl, h, operand_of(q), operand_of(k), operand_of(v), out.p, lse, ws.p);
           last_route() = cuda_attention_route::cudnn;
           return;
         }
@@ -340,16 +341,17 @@ struct attention<cuda> {
     if constexpr (cudnn_types<G, A>())
       if (mask.p == nullptr && gpu::settings().cudnn_attention) {
         namespace ca = gpu::cudnn_attention;
-        if (const ca::plan* pl = plan_for<G>(p, q, k, v, operand_of(out), operand_of(dout))) {
+        cudnnHandle_t h = gpu::detail::cudnn();
+        if (const ca::plan* pl = plan_for<G>(h, p, q, k, v, operand_of(out), operand_of(dout))) {
           const index_t nq = qrows * p.d, nk = krows * p.d, nv = krows * p.dv;
           const index_t padded = (nq + 7) / 8 * 8 + (nk + 7) / 8 * 8 + nv;  // each part 16-byte aligned
-          workspace grads(sizeof(G) * std::size_t(padded));
-          G* dq16 = static_cast<G*>(grads.p);
+          gpu::detail::scratch<G> grads{std::size_t(padded)};
+          G* dq16 = grads.p;
           G* dk16 = dq16 + (nq + 7) / 8 * 8;
           G* dv16 = dk16 + (nk + 7) / 8 * 8;
           {
-            workspace ws(ca::backward_workspace(*pl));
-            ca::backward(*pl, gpu::detail::cudnn(), operand_of(q), operand_of(k), operand_of(v), operand_of(out), lse,
+            gpu::detail::scratch<> ws{std::size_t(ca::backward_workspace(*pl))};
+            ca::backward(*pl, h, operand_of(q), operand_of(k), operand_of(v), operand_of(out), lse,
                          operand_of(dout), dq16, dk16, dv16, ws.p);
           }
           widen(dq16, nq, dq, s);
@@ -361,8 +363,8 @@ struct attention<cuda> {
       }
 #endif
     last_route() = cuda_attention_route::own;
-    workspace rows(std::int64_t(sizeof(A)) * qrows);  // D = rowsum(dO O), from the query pass to the key pass
-    A* drow = static_cast<A*>(rows.p);
+    gpu::detail::scratch<A> rows{std::size_t(qrows)};  // D = rowsum(dO O), from the query pass to the key pass
+    A* drow = rows.p;
     d::attention_chunks(p, [&](auto ch) {
       constexpr int CH = decltype(ch)::value;
       d::attention_backward_q_kernel<CH, R, G, A><<<d::grid_for(qrows, d::attention_warps), 32 * d::attention_warps, 0, s>>>(
@@ -376,33 +378,19 @@ struct attention<cuda> {
   }
 
  private:
-  /// Device memory for one call, handed back to the caching allocator once the call is enqueued
-  /// (stream-ordered: reused only by work queued after it).
-  struct workspace {
-    void* p = nullptr;
-    std::size_t bytes = 0;
-    explicit workspace(std::int64_t b) : bytes(std::size_t(b > 0 ? b : 0)) {
-      if (bytes > 0) p = allocator<cuda>::allocate(bytes);
-    }
-    workspace(const workspace&) = delete;
-    workspace& operator=(const workspace&) = delete;
-    ~workspace() {
-      if (p != nullptr) allocator<cuda>::deallocate(p, bytes);
-    }
-  };
-
 #if TRAINKIT_HAS_CUDNN_FRONTEND
   template <class V>
   static gpu::cudnn_attention::operand operand_of(const V& x) {
     return {x.p, x.sb, x.sh, x.st};
   }
   template <class G>
-  static const gpu::cudnn_attention::plan* plan_for(const attention_problem& p, attention_view<const G> q,
+  static const gpu::cudnn_attention::plan* plan_for(cudnnHandle_t h, const attention_problem& p,
+                                                    attention_view<const G> q,
                                                     attention_view<const G> k, attention_view<const G> v,
                                                     const gpu::cudnn_attention::operand& out,
                                                     const gpu::cudnn_attention::operand& dout) {
     return gpu::cudnn_attention::find(std::is_same_v<G, bfloat16>, p, operand_of(q), operand_of(k), operand_of(v), out,
-                                      dout, gpu::current_device(), gpu::settings().deterministic, gpu::detail::cudnn());
+                                      dout, gpu::current_device(), gpu::settings().deterministic, h);
   }
   template <class G>
   static void widen(const G* in, index_t n, float* out, cudaStream_t s) {

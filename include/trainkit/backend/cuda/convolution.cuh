@@ -106,17 +106,6 @@ int pick(const Perf* perf, int count, bool fp32, cudnnMathType_t& math, std::siz
   return -1;
 }
 
-/// A workspace from the caching allocator, returned when the call has been enqueued.
-struct workspace_block {
-  void* p = nullptr;
-  std::size_t bytes = 0;
-  explicit workspace_block(std::size_t b) : bytes(b) {
-    if (b) p = allocator<cuda>::allocate(b);
-  }
-  workspace_block(const workspace_block&) = delete;
-  workspace_block& operator=(const workspace_block&) = delete;
-  ~workspace_block() { allocator<cuda>::deallocate(p, bytes); }
-};
 
 }  // namespace gpu::detail
 
@@ -149,7 +138,7 @@ struct convolution<cuda> {
     }
     using S = d::cudnn_scale_t<T>;
     const S one = 1, zero = 0;
-    d::workspace_block ws(p.fwd.workspace);
+    d::scratch<> ws(p.fwd.workspace);
     gpu::check(cudnnConvolutionForward(h, &one, p.x.d, x, p.w.d, w, p.fwd_desc.d, p.fwd.algo, ws.p, ws.bytes, &zero,
                                        p.y.d, y),
                "cudnnConvolutionForward", p.context);
@@ -182,7 +171,7 @@ struct convolution<cuda> {
     }
     using S = d::cudnn_scale_t<T>;
     const S one = 1, zero = 0;
-    d::workspace_block ws(p.data.workspace);
+    d::scratch<> ws(p.data.workspace);
     gpu::check(cudnnConvolutionBackwardData(h, &one, p.w.d, w, p.y.d, gy, p.data_desc.d, p.data.algo, ws.p, ws.bytes,
                                             &zero, p.x.d, gx),
                "cudnnConvolutionBackwardData", p.context);
@@ -214,7 +203,7 @@ struct convolution<cuda> {
     }
     using S = d::cudnn_scale_t<T>;
     const S one = 1, zero = 0;
-    d::workspace_block ws(p.filter.workspace);
+    d::scratch<> ws(p.filter.workspace);
     gpu::check(cudnnConvolutionBackwardFilter(h, &one, p.x.d, x, p.y.d, gy, p.filter_desc_.d, p.filter.algo, ws.p,
                                               ws.bytes, &zero, p.w.d, gw),
                "cudnnConvolutionBackwardFilter", p.context);
@@ -306,7 +295,7 @@ struct convolution<cuda> {
     std::size_t bytes = gpu::settings().cudnn_workspace_limit;
     for (; bytes >= (std::size_t(1) << 20); bytes /= 4) {
       try {
-        gpu::detail::workspace_block ws(bytes);
+        gpu::detail::scratch<> ws(bytes);
         search(ws.p, ws.bytes);
         return true;
       } catch (const runtime_failure& e) {

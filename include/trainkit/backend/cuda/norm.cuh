@@ -36,19 +36,6 @@ namespace trainkit::backend {
 
 namespace gpu::detail {
 
-/// Scratch device memory of n elements for the length of a call (stream-ordered reuse).
-template <class T>
-struct scratch {
-  T* p = nullptr;
-  std::size_t bytes = 0;
-  explicit scratch(std::size_t n) : bytes(n * sizeof(T)) {
-    if (bytes) p = static_cast<T*>(allocator<cuda>::allocate(bytes));
-  }
-  scratch(const scratch&) = delete;
-  scratch& operator=(const scratch&) = delete;
-  ~scratch() { allocator<cuda>::deallocate(p, bytes); }
-};
-
 // ---- batch norm: statistics ------------------------------------------------------------------
 
 struct bn_shape {
