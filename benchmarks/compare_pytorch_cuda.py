@@ -13,8 +13,11 @@ The models match benchmarks/cuda_train_step.cu: the 4 x Linear(4096, 4096) MLP (
 classes) under torch.autocast(bfloat16) with fp32 weights, and held in bfloat16; the Fashion-MNIST
 CNN (batch 128) in strict fp32 and with TF32, and in strict fp32 under PyTorch's
 DistributedDataParallel in a one-process NCCL group (cnn_fp32_ddp1, against trainkit's
-data_parallel at world size 1). SGD with momentum 0.9 (PyTorch's default foreach
-implementation), no loss read per step, CUDA events around the timed steps.
+data_parallel at world size 1); the GPT of examples/gpt_char (benchmarks/gpt_char_pytorch.py's
+model, beside this script) at 6 layers, width 384, 6 heads, context 256, batch 64, 96 symbols, with
+AdamW (decay on the matrices), clipping at 1.0, under torch.autocast(bfloat16) and in strict fp32.
+SGD with momentum 0.9 for the others (PyTorch's default foreach implementations), no loss read per
+step, CUDA events around the timed steps.
 """
 import argparse
 import json
@@ -157,6 +160,46 @@ def train_steps(args):
                 dist.destroy_process_group()
     torch.backends.cudnn.allow_tf32 = True
     torch.backends.cuda.matmul.allow_tf32 = False
+    gpt_steps(args)
+
+
+def gpt_steps(args):
+    """The GPT rows of bench_cuda_train_step (gpt_bf16_amp, gpt_fp32)."""
+    import types
+    import torch
+    import torch.nn.functional as F
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpt_char_pytorch import GPT
+
+    c = types.SimpleNamespace(vocab=96, context=256, layers=6, embd=384, heads=6, dropout=0.0)
+    batch = 64
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for name, bf16 in (("gpt_bf16_amp", True), ("gpt_fp32", False)):
+        if args.only and args.only != name:
+            continue
+        torch.manual_seed(1)
+        model = GPT(c).cuda()
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                                lr=3e-4, betas=(0.9, 0.99))
+        x = (torch.arange(batch * c.context, device="cuda") * 7919 % c.vocab).reshape(batch, c.context)
+        y = (torch.arange(1, batch * c.context + 1, device="cuda") * 7919 % c.vocab)
+
+        def step():
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, c.vocab), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+
+        torch.cuda.reset_peak_memory_stats()
+        ms = time_ms(step, args.warmup, args.steps)
+        emit({"bench": name, "batch": batch, "ms": round(ms, 4), "samples_per_s": round(batch / (ms * 1e-3), 1),
+              "peak_mib": round(torch.cuda.max_memory_allocated() / (1 << 20), 1)})
 
 
 def kernel_counts(args):

@@ -8,11 +8,16 @@
 //   cnn_tf32        the same with TF32 convolutions and GEMMs (PyTorch's default for convolutions)
 //   cnn_fp32_ddp1   cnn_fp32 through data_parallel over NCCL at world size 1 (hooks, bucket views,
 //                   events, the side stream): what DDP costs over the plain step (target <= 1.03x)
+//   gpt_bf16_amp    the GPT of examples/gpt_char in nanoGPT's character-level size (6 layers, width
+//                   384, 6 heads, context 256, batch 64, 96 symbols): one train::train_step as the
+//                   example runs it (AdamW with decay groups, clipping at 1.0, the loss left on the
+//                   GPU) under bf16 autocast - the GPU row of issue 29's "GPT step <= 1.0x eager"
+//   gpt_fp32        the same in strict fp32 (TF32 off)
 //
 //   build/benchmarks/bench_cuda_train_step [--steps 50] [--warmup 10] [--only name]
 //
 // Steps are issued back to back (the loss is not read per step); the time is the mean per step
-// between CUDA events. One JSON line per benchmark. Exit code 77 without a CUDA device.
+// between CUDA events. Optimizers: SGD with momentum 0.9, AdamW for the GPT. One JSON line per benchmark. Exit code 77 without a CUDA device.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -26,6 +31,8 @@
 
 #define FASHION_MNIST_CNN_MODEL_ONLY
 #include "../examples/fashion_mnist_cnn.cpp"  // example::fashion_cnn<Device>(), the model of the CNN examples
+#define GPT_CHAR_MODEL_ONLY
+#include "../examples/gpt_char.cpp"  // example::gpt<Device>, the model of the GPT examples
 
 namespace tk = trainkit;
 namespace nn = trainkit::nn;
@@ -71,6 +78,26 @@ auto make_cnn() {
   return example::fashion_cnn<cuda>();
 }
 
+/// Mean ms of the GPT's train_step under Precision (see gpt_bf16_amp above).
+template <class Precision>
+double time_gpt(int warmup, int steps, index_t batch) {
+  const example::gpt_config c{.vocab = 96, .context = 256, .layers = 6, .embd = 384, .heads = 6};
+  tk::generator g(1);
+  example::gpt<cuda> model(c, g);
+  const auto x = random_labels(batch * c.context, c.vocab).reshape({batch, c.context});
+  const auto y = random_labels(batch * c.context + 1, c.vocab).slice(0, 1, batch * c.context + 1).contiguous();
+  tk::optim::adamw<float, cuda> opt(tk::optim::decay_groups(model.named_parameters(), 0.1),
+                                    {.lr = 3e-4, .beta2 = 0.99, .weight_decay = 0.1});
+  tk::train::train_step<example::gpt<cuda>, decltype(opt), Precision, tk::amp::no_scaling> step(
+      model, opt, {.max_grad_norm = 1.0, .read_loss = false});
+  tk::allocator<cuda>::reset_peak();
+  return time_steps(warmup, steps, [&] {
+    step(x, [&](const tk::var<float, cuda>& logits) {
+      return tk::autograd::cross_entropy(tk::autograd::reshape(logits, {-1, c.vocab}), y);
+    });
+  });
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -78,7 +105,7 @@ int main(int argc, char** argv) try {
   const int steps = int(flag(argc, argv, "--steps", 50)), warmup = int(flag(argc, argv, "--warmup", 10));
   const char* only = str_flag(argc, argv, "--only");
   auto wanted = [&](const char* name) { return only == nullptr || std::strcmp(only, name) == 0; };
-  const index_t mlp_batch = 1024, cnn_batch = 128;
+  const index_t mlp_batch = 1024, cnn_batch = 128, gpt_batch = 64;
 
   if (wanted("mlp_bf16_amp")) {
     auto model = make_mlp<float>();
@@ -164,6 +191,8 @@ int main(int argc, char** argv) try {
   }
 #endif
   tk::gpu::settings().allow_tf32 = false;
+  if (wanted("gpt_bf16_amp")) report("gpt_bf16_amp", gpt_batch, time_gpt<tk::amp::mixed_bf16>(warmup, steps, gpt_batch));
+  if (wanted("gpt_fp32")) report("gpt_fp32", gpt_batch, time_gpt<tk::amp::fp32>(warmup, steps, gpt_batch));
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "bench_cuda_train_step: %s\n", e.what());

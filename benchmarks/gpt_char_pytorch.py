@@ -62,7 +62,7 @@ class GPT(nn.Module):
 
     def forward(self, ids):
         t = ids.shape[1]
-        mask = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
+        mask = torch.triu(torch.full((t, t), float("-inf"), device=ids.device), diagonal=1)
         x = self.drop(self.tok(ids) + self.pos[:t])
         for b in self.blocks:
             x = b(x, mask)

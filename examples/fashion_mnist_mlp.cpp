@@ -15,11 +15,10 @@
 // train/loss, --metrics-log's trainkit_loss and the progress line's are the mean over the last
 // --log-every steps (example::interval_log); /metrics serves the last step's between log points.
 //
-// Reading order: train<Precision, Recompute>() is the whole job, top to bottom; main() parses the
+// Reading order: train<Precision>() is the whole job, top to bottom; main() parses the
 // flags and picks which train() to run.
 #include <cstdio>
 #include <exception>
-#include <variant>  // std::get: the recompute policy out of parse_recompute's variant
 
 #include <trainkit/train/train.hpp>  // train_step, accuracy
 #include <trainkit/trainkit.hpp>        // tensors, autograd, nn, optim, data, io, monitor
@@ -36,12 +35,12 @@ using tk::index_t;
 
 namespace {
 
-/// The whole training job for one precision policy and one recompute policy. Both are types, so
-/// train_step is compiled for exactly this pair (main picks the pair at run time).
+/// The whole training job for one precision policy (a type, so train_step is compiled for it; main
+/// picks it at run time) and the recompute policy of --checkpoint (chosen at run time: one
+/// train_step type serves none, sqrt and every:N).
 /// \tparam Precision amp::fp32, amp::mixed_fp16 or amp::mixed_bf16
-/// \tparam Recompute checkpoint::store_all, sqrt_segments or every_n
-template <class Precision, class Recompute>
-int train(const example::flags& f, Recompute recompute) {
+template <class Precision>
+int train(const example::flags& f, const tk::checkpoint::recompute_choice& recompute) {
   // The numeric flags, checked before any work: a bad value is an error naming the flag.
   const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
   const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1);
@@ -89,11 +88,11 @@ int train(const example::flags& f, Recompute recompute) {
   tk::monitor::progress_line bar;  // redrawn in place on a terminal; silent in logs and pipes
   example::interval_log<> interval(monitor, log_every);  // every N steps: their mean loss and samples/s
 
-  // One step = forward (Precision's compute type, Recompute's segments) -> loss -> scaled
+  // One step = forward (Precision's compute type, the recompute policy's segments) -> loss -> scaled
   // backward -> unscale and inf check -> optimizer step -> schedule -> metrics.
   using scaler_t = tk::amp::default_scaler_t<Precision>;  // dynamic loss scaling for fp16 only
-  tk::train::train_step<nn::sequential<float>, decltype(opt), Precision, scaler_t, Recompute> step(
-      *model, opt, {.metrics = &monitor.metrics()}, scaler_t(), recompute);
+  tk::train::train_step<nn::sequential<float>, decltype(opt), Precision, scaler_t, tk::checkpoint::recompute_choice>
+      step(*model, opt, {.metrics = &monitor.metrics()}, scaler_t(), recompute);
   step.attach_schedule(schedule);
 
   // Snapshots: everything the next step depends on, including where the loader is in its epoch.
@@ -149,17 +148,6 @@ int train(const example::flags& f, Recompute recompute) {
   return 0;
 }
 
-/// train<Precision, R>() for the recompute policy parsed from --checkpoint.
-template <class Precision>
-int train_recompute(const example::flags& f, const tk::checkpoint::recompute_choice& r) {
-  namespace ck = tk::checkpoint;
-  switch (r.index()) {  // the alternatives of recompute_choice, in order
-    case 0: return train<Precision>(f, std::get<ck::store_all>(r));
-    case 1: return train<Precision>(f, std::get<ck::sqrt_segments>(r));
-    default: return train<Precision>(f, std::get<ck::every_n>(r));
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -171,9 +159,9 @@ int main(int argc, char** argv) try {
                     {"tensorboard", ""}, {"log-every", "50"}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
-    case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);
-    case tk::amp::precision_kind::fp16: return train_recompute<tk::amp::mixed_fp16>(f, recompute);
-    case tk::amp::precision_kind::bf16: return train_recompute<tk::amp::mixed_bf16>(f, recompute);
+    case tk::amp::precision_kind::fp32: return train<tk::amp::fp32>(f, recompute);
+    case tk::amp::precision_kind::fp16: return train<tk::amp::mixed_fp16>(f, recompute);
+    case tk::amp::precision_kind::bf16: return train<tk::amp::mixed_bf16>(f, recompute);
   }
   return 1;
 } catch (const std::exception& e) {

@@ -75,9 +75,10 @@ data_sets load(const std::string& dir, index_t train_limit, index_t test_limit) 
   return d;
 }
 
-/// The whole job for one precision policy and one recompute policy (both types).
-template <class Precision, class Recompute>
-int train(const example::flags& f, Recompute recompute) {
+/// The whole job for one precision policy (a type) and the recompute policy of --checkpoint (chosen
+/// at run time: one train_step type for none, sqrt and every:N).
+template <class Precision>
+int train(const example::flags& f, const tk::checkpoint::recompute_choice& recompute) {
   const auto seed = static_cast<std::uint64_t>(f.num("seed", 0));
   const index_t epochs = f.num("epochs", 1), batch = f.num("batch", 1), width = f.num("width", 1, 512);
   const index_t train_limit = f.num("train-limit", 0), test_limit = f.num("test-limit", 0);  // 0: all
@@ -107,7 +108,7 @@ int train(const example::flags& f, Recompute recompute) {
   schedule.apply(opt);
 
   std::printf("precision %s  checkpoint %s\n", std::string(Precision::name).c_str(),
-              tk::checkpoint::to_string(tk::checkpoint::recompute_choice(recompute)).c_str());
+              tk::checkpoint::to_string(recompute).c_str());
   example::run_monitor monitor(
       {.port = port, .jsonl_path = f.str("metrics-log"), .tensorboard_dir = f.str("tensorboard")});
   if (monitor.port()) std::printf("metrics on http://0.0.0.0:%d/metrics\n", monitor.port());
@@ -117,8 +118,8 @@ int train(const example::flags& f, Recompute recompute) {
   // The step: forward under the precision scope and the recompute policy (over the model's
   // segments), loss, scaled backward, unscale + inf check, SGD step, schedule, metrics.
   using scaler_t = tk::amp::default_scaler_t<Precision>;
-  tk::train::train_step<example::resnet, decltype(opt), Precision, scaler_t, Recompute> step(
-      *model, opt, {.metrics = &monitor.metrics()}, scaler_t(), recompute);
+  tk::train::train_step<example::resnet, decltype(opt), Precision, scaler_t, tk::checkpoint::recompute_choice>
+      step(*model, opt, {.metrics = &monitor.metrics()}, scaler_t(), recompute);
   step.attach_schedule(schedule);
 
   // The settings that change the trajectory go into every snapshot; a resume that differs is an
@@ -172,16 +173,6 @@ int train(const example::flags& f, Recompute recompute) {
   return 0;
 }
 
-template <class Precision>
-int train_recompute(const example::flags& f, const tk::checkpoint::recompute_choice& r) {
-  namespace ck = tk::checkpoint;
-  switch (r.index()) {  // the alternatives of recompute_choice, in order
-    case 0: return train<Precision>(f, std::get<ck::store_all>(r));
-    case 1: return train<Precision>(f, std::get<ck::sqrt_segments>(r));
-    default: return train<Precision>(f, std::get<ck::every_n>(r));
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -193,9 +184,9 @@ int main(int argc, char** argv) try {
                     {"tensorboard", ""}, {"log-every", "50"}});
   const auto recompute = tk::checkpoint::parse_recompute(f.str("checkpoint"));
   switch (tk::amp::parse_precision(f.str("precision"))) {
-    case tk::amp::precision_kind::fp32: return train_recompute<tk::amp::fp32>(f, recompute);
-    case tk::amp::precision_kind::fp16: return train_recompute<tk::amp::mixed_fp16>(f, recompute);
-    case tk::amp::precision_kind::bf16: return train_recompute<tk::amp::mixed_bf16>(f, recompute);
+    case tk::amp::precision_kind::fp32: return train<tk::amp::fp32>(f, recompute);
+    case tk::amp::precision_kind::fp16: return train<tk::amp::mixed_fp16>(f, recompute);
+    case tk::amp::precision_kind::bf16: return train<tk::amp::mixed_bf16>(f, recompute);
   }
   return 1;
 } catch (const std::exception& e) {

@@ -17,7 +17,8 @@
 #                       MPI's mpirun/orted, plugins and help files, where a binary links MPI
 #   fashion-mnist/      the Fashion-MNIST *-ubyte.gz files (the training set cut to fit the size
 #                       limit when it must be; manifest.txt says how many images)
-#   compare_pytorch_cuda.py, manifest.txt (the expected binaries - "built" or "not built" - and the
+#   text/               the GPT example's corpus (fortunes-min's fortunes, literature, riddles)
+#   compare_pytorch_cuda.py and gpt_char_pytorch.py (its GPT rows' model), manifest.txt (the expected binaries - "built" or "not built" - and the
 #                       expected benchmark rows), sources.sha256 (what the binaries were built from)
 #
 # The GPU form probes first, in seconds, and names what is missing (a GPU, the CUDA runtime,
@@ -36,7 +37,7 @@
 #      backward under bf16, CUPTI), then benchmarks/compare_pytorch_cuda.py: the same work in
 #      PyTorch eager (kernels counted by torch.profiler), and the comparison table
 #   4. compute-sanitizer --tool memcheck on the elementwise and reduction tests
-#   5. the CUDA example(s), one epoch in fp32 and in bf16
+#   5. the CUDA example(s), one epoch (the GPT: 300 steps) in fp32 and in bf16
 # and writes at most 8 files under $OUT (default build-gpu/out):
 #   summary.md (device, probe, every binary's exit status, benchmark table, result), probe.log,
 #   tests.log, ddp.log, sanitizer.log, bench.log, bench_trainkit.jsonl, bench_pytorch.jsonl
@@ -174,9 +175,9 @@ if [[ "${1:-}" == "--pack" ]]; then
   # Benchmarks, the PyTorch comparison, the expected rows: every bench name the CUDA benchmarks print
   # (their sources' run("...") and "mlp_/cnn_..." literals), by trainkit and - where the comparison
   # script times the same - by PyTorch.
-  cp benchmarks/compare_pytorch_cuda.py "$pack/"
+  cp benchmarks/compare_pytorch_cuda.py benchmarks/gpt_char_pytorch.py "$pack/"
   rows="$( (grep -ho 'run("[^"]*"' benchmarks/cuda_bandwidth.cu | sed 's/run("//; s/"$//'
-    grep -ho '"\(mlp\|cnn\)_[a-z0-9_]*"' benchmarks/cuda_train_step.cu | tr -d '"'
+    grep -ho '"\(mlp\|cnn\|gpt\)_[a-z0-9_]*"' benchmarks/cuda_train_step.cu | tr -d '"'
     grep -ho '"linear_[a-z0-9]*_kernels"' benchmarks/cuda_kernel_count.cu | tr -d '"'
     grep -ho '"attention_[a-z0-9_]*"' benchmarks/cuda_attention.cu | tr -d '"') | awk '!seen[$0]++')"
   while read -r r; do
@@ -215,6 +216,13 @@ EOF
     echo "data 0" >>"$manifest"
     echo "   no Fashion-MNIST under $data: the example is skipped there"
   fi
+
+  # The GPT example's corpus (Debian's fortunes-min, about 100 KB): the GPU machine has no such package.
+  mkdir -p "$pack/text"
+  for t in fortunes literature riddles; do
+    [[ -f "/usr/share/games/fortunes/$t" ]] && cp "/usr/share/games/fortunes/$t" "$pack/text/"
+  done
+  [[ -n "$(ls "$pack/text")" ]] || echo "   no fortunes-min under /usr/share/games/fortunes: the GPT example is skipped there"
 
   size=$(du -cb "$pack" | tail -n 1 | cut -f1)
   echo "== build-gpupack: $size bytes ($(du -sh "$pack" | cut -f1); limit $max_bytes)"
@@ -482,13 +490,23 @@ if [[ -n "$sanitizer" ]] && has test_cuda_tensor_ops; then
     "$root/bin/test_cuda_tensor_ops" "[elementwise],[reduce]" --reporter compact
 fi
 
-# 5. The CUDA example(s): one epoch in fp32 and in bf16.
+# 5. The CUDA example(s): one epoch (the GPT: 300 steps) in fp32 and in bf16.
 log="$out/tests.log"
 data="$pack/fashion-mnist"
 for b in "${built[@]}"; do
   # The DDP example takes no --precision: its runs (NCCL, MPI + int8) are in section 4 above.
   [[ "$b" == *_cuda && "$b" != test_* && "$b" != bench_* && "$b" != *_ddp_* ]] || continue
-  if [[ -f "$data/train-images-idx3-ubyte.gz" ]]; then
+  if [[ "$b" == gpt_char_cuda ]]; then  # 300 steps of the default model on the packed corpus
+    texts="$(ls "$pack"/text/* 2>/dev/null | paste -sd, -)"
+    if [[ -n "$texts" ]]; then
+      for prec in fp32 bf16; do
+        runbin "$b --precision $prec (300 steps)" 60 "$log" "$root/bin/$b" --text "$texts" --steps 300 \
+          --eval-every 100 --sample-chars 100 --precision "$prec"
+      done
+    else
+      note "- $b: no corpus in the pack; skipped"
+    fi
+  elif [[ -f "$data/train-images-idx3-ubyte.gz" ]]; then
     for prec in fp32 bf16; do
       runbin "$b --precision $prec (1 epoch)" 60 "$log" "$root/bin/$b" --data "$data" --epochs 1 --precision "$prec"
     done

@@ -145,6 +145,19 @@ TEST_CASE("train_step: recomputation gives the store_all result", "[train][check
     b(data.x[i], [&](const var<float>& o) { return autograd::cross_entropy(o, data.y[i]); });
   // The dropout masks are replayed in the recomputation, so the runs agree exactly.
   REQUIRE(params_of(*stored) == params_of(*recomputed));
+
+  // The policy chosen at run time (--checkpoint): one step type, each choice the same result.
+  for (const char* flag : {"none", "sqrt", "every:1"}) {
+    INFO("--checkpoint " << flag);
+    auto chosen = make_mlp(4);
+    optim::sgd<float> opt_c(chosen->parameters(), {.lr = 0.1});
+    train::train_step<net_t, optim::sgd<float>, amp::fp32, amp::no_scaling, checkpoint::recompute_choice> c(
+        *chosen, opt_c, {}, {}, checkpoint::parse_recompute(flag));
+    set_seed(9);
+    for (int i = 0; i < 4; ++i)
+      c(data.x[i], [&](const var<float>& o) { return autograd::cross_entropy(o, data.y[i]); });
+    REQUIRE(params_of(*chosen) == params_of(*stored));
+  }
 }
 
 TEST_CASE("train_step: fp16 with dynamic scaling skips the steps a hand loop skips", "[train][amp]") {

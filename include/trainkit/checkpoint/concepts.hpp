@@ -22,7 +22,8 @@ struct segment {
 ///   r.segments(n) -> std::vector<segment>   consecutive segments covering [0, n) in order
 ///                                           (empty for n == 0);
 ///   R::name                                 a short name for logs ("store_all", "sqrt"...).
-/// Models: store_all, every_n, sqrt_segments, fixed_segments (checkpoint/policies.hpp).
+/// Models: store_all, every_n, sqrt_segments, fixed_segments (checkpoint/policies.hpp), and
+/// recompute_choice, one of the first three chosen at run time (checkpoint/sequential.hpp).
 template <class R>
 concept recompute_policy = requires(const R& r, std::size_t n) {
   { r.segments(n) } -> std::convertible_to<std::vector<segment>>;

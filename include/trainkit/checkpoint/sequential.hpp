@@ -161,8 +161,21 @@ autograd::var<T, D> checkpoint_sequential(nn::sequential<T, D>& seq, std::size_t
 
 // ---- the command-line bridge ---------------------------------------------------------------------
 
-/// The recompute policies a program can choose at run time.
-using recompute_choice = std::variant<store_all, sqrt_segments, every_n>;
+/// The recompute policy a program chooses at run time: one of store_all, sqrt_segments, every_n
+/// (a std::variant of them: std::get, std::visit and index() work), itself a recompute_policy
+/// whose segments are the chosen one's. A train_step over it is one type for every --checkpoint
+/// value: one instantiation of a training loop instead of one per policy. Under store_all the
+/// chain runs as one stored segment, which is the model's own forward for a model that names its
+/// segments.
+struct recompute_choice : std::variant<store_all, sqrt_segments, every_n> {
+  using std::variant<store_all, sqrt_segments, every_n>::variant;
+  static constexpr std::string_view name = "recompute_choice";
+  std::vector<segment> segments(std::size_t n) const {
+    return std::visit([n](const auto& policy) { return policy.segments(n); },
+                      static_cast<const std::variant<store_all, sqrt_segments, every_n>&>(*this));
+  }
+};
+static_assert(recompute_policy<recompute_choice>);
 
 /// Parses the value of --checkpoint: "none" (store_all), "sqrt" (sqrt_segments) or "every:N"
 /// (every_n{N}, N >= 1); value_error for anything else.
@@ -188,20 +201,6 @@ inline std::string to_string(const recompute_choice& c) {
   if (std::holds_alternative<store_all>(c)) return "none";
   if (std::holds_alternative<sqrt_segments>(c)) return "sqrt";
   return "every:" + std::to_string(std::get<every_n>(c).k);
-}
-
-/// apply_recompute with the policy chosen at run time.
-template <class T, class D, class Layer = default_layer_forward>
-autograd::var<T, D> apply_recompute(const recompute_choice& choice, nn::sequential<T, D>& seq,
-                                    const autograd::var<T, D>& x, Layer layer = {}) {
-  return std::visit([&](const auto& policy) { return apply_recompute(policy, seq, x, layer); }, choice);
-}
-template <segmented_module M, class Layer = default_layer_forward>
-  requires(!std::derived_from<M, nn::sequential<typename M::value_type, typename M::device_type>>)
-autograd::var<typename M::value_type, typename M::device_type> apply_recompute(
-    const recompute_choice& choice, M& m, const autograd::var<typename M::value_type, typename M::device_type>& x,
-    Layer layer = {}) {
-  return std::visit([&](const auto& policy) { return apply_recompute(policy, m.segments(), x, layer); }, choice);
 }
 
 }  // namespace trainkit::checkpoint
