@@ -1,7 +1,8 @@
 // trainkit/backend/cpu/attention.hpp - fused scaled dot-product attention on the host: for each
-// (batch, head) a tile of 64 queries meets the keys 64 at a time; scores and products are GEMMs
-// (blas<cpu>, one thread each inside the parallel loop), the softmax is online (running max and
-// sum, the output rescaled as the max grows), so memory is O(T d) and no T x T matrix exists.
+// (batch, head) a tile of 64 queries meets the keys 64 at a time (bf16 operands: 128 and 256);
+// scores and products are GEMMs (blas<cpu>, one thread each inside the parallel loop; on OpenBLAS
+// against copies of K^T and V^T, see transposes()), the softmax is online (running max and sum,
+// the output rescaled as the max grows), so memory is O(T d) and no T x T matrix exists.
 // The backward (flash attention 2) recomputes each tile's probabilities from the saved log-sum-exp:
 //   P = exp(S - lse), dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)), dQ += s dS K, dK += s dS^T Q
 // With dropout, the kept probabilities P Z (Z = 0 or 1 / (1 - p), regenerated from the Philox
@@ -85,7 +86,15 @@ T attention_exp_shift_sum(T* s, index_t n, T m) {
 
 template <>
 struct attention<cpu> {
-  static constexpr index_t block_q = 64, block_k = 64;
+  /// Query and key tile sizes for operands G: 64 x 64 on OpenBLAS (G = A; its small-matrix kernels,
+  /// which skip the packing, stop at about 64^3 multiply-adds: 128 x 128 tiles were 7-10 % slower
+  /// on an AVX-512 Xeon), 128 x 256 for bf16 operands on oneDNN, whose fixed cost per call weighs
+  /// on a 64^3 product (there 1.2-1.3x faster at T = 1024: 84 against 106 ms forward + backward
+  /// with AMX).
+  template <class G, class A>
+  static constexpr index_t block_q_for = std::is_same_v<G, A> ? 64 : 128;
+  template <class G, class A>
+  static constexpr index_t block_k_for = std::is_same_v<G, A> ? 64 : 256;
 
   /// R: the compute type to round P, dS and the outputs to (void: none); G: the operands' type
   /// (A, or bfloat16 multiplied by oneDNN's bf16 kernels into fp32); A: scores and accumulators.
@@ -93,7 +102,14 @@ struct attention<cpu> {
   static void forward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
                       attention_view<const G> v, const attention_mask<A>& mask, attention_view<G> out, A* lse) {
     check_types<R, G, A>();
+    constexpr index_t block_q = block_q_for<G, A>, block_k = block_k_for<G, A>;
     const index_t nq = (p.tq + block_q - 1) / block_q, items = p.batch * p.heads * nq;
+    // K^T of every head, [d x tk] each, where the scores take it (transposes()).
+    std::vector<G> kt(transposes<G, A>() ? std::size_t(p.batch * p.heads * p.d * p.tk) : 0);
+    if constexpr (transposes<G, A>())
+      run(p.batch * p.heads, double(p.tk) * double(p.d), [&](auto&& for_items) {
+        for_items([&](index_t bh) { transpose(k.at(bh / p.heads, bh % p.heads), k.st, p.tk, p.d, kt.data() + bh * p.d * p.tk); });
+      });
     run(items, double(p.tq) * double(p.tk) * double(p.d + p.dv), [&](auto&& for_items) {
       std::vector<A> s(std::size_t(block_q * block_k)), acc(std::size_t(block_q * p.dv)), m(block_q), l(block_q);
       std::vector<G> sg(converts<R, G, A>() ? s.size() : 0);  // P as the P V product takes it
@@ -101,7 +117,8 @@ struct attention<cpu> {
         const index_t bh = item / nq, i0 = (item % nq) * block_q, bq = std::min(block_q, p.tq - i0);
         const index_t b = bh / p.heads, h = bh % p.heads;
         const G* qi = q.at(b, h) + i0 * q.st;
-        const G* kb = k.at(b, h);
+        const key_tiles<G> keys = transposes<G, A>() ? key_tiles<G>{kt.data() + bh * p.d * p.tk, p.tk, true}
+                                                     : key_tiles<G>{k.at(b, h), k.st, false};
         const G* vb = v.at(b, h);
         std::fill(acc.begin(), acc.begin() + bq * p.dv, A(0));
         std::fill(m.begin(), m.end(), -inf<A>());
@@ -109,7 +126,7 @@ struct attention<cpu> {
         const index_t j_end = p.causal ? std::min(p.tk, i0 + bq) : p.tk;  // keys past the tile's last row: masked
         for (index_t j0 = 0; j0 < j_end; j0 += block_k) {
           const index_t bk = std::min(block_k, j_end - j0);
-          scores(p, mask, b, h, i0, bq, j0, bk, qi, q.st, kb + j0 * k.st, k.st, s.data());
+          scores(p, mask, b, h, i0, bq, j0, bk, qi, q.st, keys, s.data());
           for (index_t r = 0; r < bq; ++r) {
             A* sr = s.data() + r * bk;
             const A mx = detail::attention_row_max(sr, bk, m[r]);
@@ -145,12 +162,15 @@ struct attention<cpu> {
                        attention_view<const G> v, const attention_mask<A>& mask, attention_view<const G> out,
                        const A* lse, attention_view<const G> dout, A* dq, A* dk, A* dv) {
     check_types<R, G, A>();
+    constexpr index_t block_q = block_q_for<G, A>, block_k = block_k_for<G, A>;
     const index_t items = p.batch * p.heads;
     run(items, double(p.tq) * double(p.tk) * double(2 * p.d + 2 * p.dv), [&](auto&& for_items) {
       std::vector<A> s(std::size_t(block_q * block_k)), dp(std::size_t(block_q * block_k)), drow(std::size_t(p.tq));
       std::vector<A> z, pz;  // with dropout: the tile's Z and P Z
       if (p.dropout_p > 0) z.resize(s.size()), pz.resize(s.size());
       std::vector<G> sg(converts<R, G, A>() ? s.size() : 0);  // P Z, then dS, as their products take them
+      // This head's K^T and V^T, [d x tk] and [dv x tk], where the products take them (transposes()).
+      std::vector<G> kt(transposes<G, A>() ? std::size_t(p.d * p.tk) : 0), vt(transposes<G, A>() ? std::size_t(p.dv * p.tk) : 0);
       for_items([&](index_t bh) {
         const index_t b = bh / p.heads, h = bh % p.heads;
         const G* qb = q.at(b, h);
@@ -165,6 +185,11 @@ struct attention<cpu> {
         std::fill(dqb, dqb + p.tq * p.d, A(0));
         std::fill(dkb, dkb + p.tk * p.d, A(0));
         std::fill(dvb, dvb + p.tk * p.dv, A(0));
+        if constexpr (transposes<G, A>()) {
+          transpose(kb, k.st, p.tk, p.d, kt.data());
+          transpose(vb, v.st, p.tk, p.dv, vt.data());
+        }
+        const key_tiles<G> keys = transposes<G, A>() ? key_tiles<G>{kt.data(), p.tk, true} : key_tiles<G>{kb, k.st, false};
         for (index_t i = 0; i < p.tq; ++i) {  // rowsum(dO * O)
           A acc = 0;
           for (index_t c = 0; c < p.dv; ++c) acc += A(gb[i * dout.st + c]) * A(ob[i * out.st + c]);
@@ -175,7 +200,7 @@ struct attention<cpu> {
           const index_t i_begin = p.causal ? j0 / block_q * block_q : 0;  // earlier query tiles see none of these keys
           for (index_t i0 = i_begin; i0 < p.tq; i0 += block_q) {
             const index_t bq = std::min(block_q, p.tq - i0);
-            scores(p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, kb + j0 * k.st, k.st, s.data());
+            scores(p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, keys, s.data());
             for (index_t r = 0; r < bq; ++r) {
               const A lr = lb[i0 + r];
               A* sr = s.data() + r * bk;
@@ -196,8 +221,12 @@ struct attention<cpu> {
             // dV_j += (P Z)^T dO_i;  dP = dO_i V_j^T (then Z dP)
             tile_gemm(true, false, bk, p.dv, bq, 1.0, operand<R>(drop ? pz.data() : s.data(), sg.data(), bq * bk), bk,
                       gb + i0 * dout.st, dout.st, 1.0, dvb + j0 * p.dv, p.dv);
-            tile_gemm(false, true, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vb + j0 * v.st, v.st, 0.0, dp.data(),
-                      bk);
+            if constexpr (transposes<G, A>())
+              tile_gemm(false, false, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vt.data() + j0, p.tk, 0.0, dp.data(),
+                        bk);
+            else
+              tile_gemm(false, true, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vb + j0 * v.st, v.st, 0.0,
+                        dp.data(), bk);
             if (drop)
               for (index_t e = 0; e < bq * bk; ++e) dp[std::size_t(e)] *= z[std::size_t(e)];
             for (index_t r = 0; r < bq; ++r) {
@@ -239,11 +268,22 @@ struct attention<cpu> {
     }
   }
 
+  /// A head's keys as the scores take them: K [tk x d] rows ld apart, or K^T [d x tk] (transposed).
+  template <class G>
+  struct key_tiles {
+    const G* p;
+    index_t ld;
+    bool transposed;
+  };
+
   /// s[bq x bk] = scale * Q_i K_j^T + mask, -inf where causal hides key j from query i.
   template <class G, class A>
   static void scores(const attention_problem& p, const attention_mask<A>& mask, index_t b, index_t h, index_t i0,
-                     index_t bq, index_t j0, index_t bk, const G* qi, index_t ldq, const G* kj, index_t ldk, A* s) {
-    tile_gemm(false, true, bq, bk, p.d, p.scale, qi, ldq, kj, ldk, 0.0, s, bk);
+                     index_t bq, index_t j0, index_t bk, const G* qi, index_t ldq, const key_tiles<G>& keys, A* s) {
+    if (keys.transposed)
+      tile_gemm(false, false, bq, bk, p.d, p.scale, qi, ldq, keys.p + j0, keys.ld, 0.0, s, bk);
+    else
+      tile_gemm(false, true, bq, bk, p.d, p.scale, qi, ldq, keys.p + j0 * keys.ld, keys.ld, 0.0, s, bk);
     if (mask.p != nullptr) {
       const A* mb = mask.p + b * mask.sb + h * mask.sh;
       for (index_t r = 0; r < bq; ++r) {
@@ -290,6 +330,29 @@ struct attention<cpu> {
       for (index_t e = 0; e < n; ++e) buf[e] = G(R(s[e]));
       return buf;
     }
+  }
+
+  /// Whether the products that take K or V transposed (the scores Q K^T, dP = dO V^T) read copies
+  /// of K^T and V^T instead: on the OpenBLAS route (G = A). OpenBLAS takes row-major A B^T as its
+  /// column-major "tn" product, whose small-matrix kernel it refuses for a 64 x 64 output, so each
+  /// such tile went through the packing path - 40 % of a T = 1024 forward + backward in sgemm_tn and
+  /// its copies on an AVX-512 Xeon. A head's copy costs one pass over T x d. oneDNN's bf16 kernels
+  /// read the transposed layout as it is.
+  template <class G, class A>
+  static constexpr bool transposes() {
+    return std::is_same_v<G, A>;
+  }
+
+  /// x [rows x cols], rows ld apart, transposed into out [cols x rows], 8 x 8 blocks at a time.
+  template <class G>
+  static void transpose(const G* x, index_t ld, index_t rows, index_t cols, G* out) {
+    constexpr index_t blk = 8;
+    for (index_t r0 = 0; r0 < rows; r0 += blk)
+      for (index_t c0 = 0; c0 < cols; c0 += blk) {
+        const index_t re = std::min(rows, r0 + blk), ce = std::min(cols, c0 + blk);
+        for (index_t r = r0; r < re; ++r)
+          for (index_t c = c0; c < ce; ++c) out[c * rows + r] = x[r * ld + c];
+      }
   }
 
   /// x rounded to R (void: as is) as a G.
