@@ -16,7 +16,7 @@
 
 #include <trainkit/cuda.cuh>
 
-#include "machine.cuh"  // start_gpu_benchmark: the CPU and GPU in the output
+#include "machine.cuh"  // start_gpu_benchmark (the CPU and GPU in the output), flag, time_steps
 
 namespace tk = trainkit;
 using tk::cuda;
@@ -28,17 +28,6 @@ struct result {
   std::string name;
   double ms, gbps;
 };
-
-/// Median-free, simple: the mean over `iters` back-to-back runs after 3 warm-ups, by CUDA events.
-double time_ms(int iters, const std::function<void()>& op) {
-  for (int i = 0; i < 3; ++i) op();
-  tk::gpu::event start(true), stop(true);
-  start.record();
-  for (int i = 0; i < iters; ++i) op();
-  stop.record();
-  stop.synchronize();
-  return double(tk::gpu::event::elapsed_ms(start, stop)) / iters;
-}
 
 }  // namespace
 
@@ -58,7 +47,7 @@ int main(int argc, char** argv) try {
 
   std::vector<result> results;
   auto run = [&](const std::string& name, double bytes, const std::function<void()>& op) {
-    const double ms = time_ms(iters, op);
+    const double ms = time_steps(3, iters, op);  // the mean of iters runs after 3 warm-ups, by CUDA events
     results.push_back({name, ms, bytes / (ms * 1e-3) / 1e9});
   };
 

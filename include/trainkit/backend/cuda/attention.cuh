@@ -68,19 +68,26 @@ __device__ __forceinline__ A attention_keep(const attention_problem& p, index_t 
   return bernoulli_at(p.seed, p.offset, e, keep) ? inv_keep : A(0);
 }
 
-/// scale * q_i . k_j + mask(b, h, i, j) from the lane's share of q_i (qr, already in A); every lane
-/// gets it.
+/// x . y over the first n features, from the lane's share of x (element lane + 32 t, in A) and the
+/// row y; every lane gets it.
 template <int CH, class G, class A>
-__device__ __forceinline__ A attention_score(const attention_problem& p, const A (&qr)[CH], const G* kj,
-                                             const attention_mask<A>& mask, index_t b, index_t h, index_t i, index_t j,
-                                             int lane) {
+__device__ __forceinline__ A attention_dot(const A (&x)[CH], const G* y, index_t n, int lane) {
   A s = 0;
 #pragma unroll
   for (int t = 0; t < CH; ++t) {
     const index_t c = lane + 32 * t;
-    if (c < p.d) s += qr[t] * A(kj[c]);
+    if (c < n) s += x[t] * A(y[c]);
   }
-  s = group_allreduce<32>(s, sum_op{}, static_cast<A*>(nullptr));
+  return group_allreduce<32>(s, sum_op{}, static_cast<A*>(nullptr));
+}
+
+/// scale * q_i . k_j + mask(b, h, i, j) from the lane's share of one of q_i and k_j (x, already in
+/// A) and the other's row y; every lane gets it.
+template <int CH, class G, class A>
+__device__ __forceinline__ A attention_score(const attention_problem& p, const A (&x)[CH], const G* y,
+                                             const attention_mask<A>& mask, index_t b, index_t h, index_t i, index_t j,
+                                             int lane) {
+  A s = attention_dot<CH>(x, y, p.d, lane);
   s *= A(p.scale);
   if (mask.p != nullptr) s += mask.p[b * mask.sb + h * mask.sh + i * mask.sq + j * mask.sk];
   return s;
@@ -175,14 +182,7 @@ __global__ void __launch_bounds__(32 * attention_warps)
   for (index_t j = 0; j < j_end; ++j) {
     const G* kj = kb + j * k.st;
     const A pr = dexp(attention_score<CH>(p, qr, kj, mask, b, h, i, j, lane) - lr);
-    const G* vj = vb + j * v.st;
-    A dp = 0;
-#pragma unroll
-    for (int t = 0; t < CH; ++t) {
-      const index_t c = lane + 32 * t;
-      if (c < p.dv) dp += gr[t] * A(vj[c]);
-    }
-    dp = group_allreduce<32>(dp, sum_op{}, static_cast<A*>(nullptr));
+    const A dp = attention_dot<CH>(gr, vb + j * v.st, p.dv, lane);
     const A ds = attention_round<R>(pr * (attention_keep<A>(p, bh, i, j, keep, inv_keep) * dp - di));
 #pragma unroll
     for (int t = 0; t < CH; ++t) {
@@ -225,18 +225,8 @@ __global__ void __launch_bounds__(32 * attention_warps)
     if (lr == attention_inf<A>()) continue;  // a row hidden from every key: no gradient
     const G* qi = qb + i * q.st;
     const G* gi = gb + i * dout.st;
-    A s = 0, dp = 0;
-#pragma unroll
-    for (int t = 0; t < CH; ++t) {
-      const index_t c = lane + 32 * t;
-      if (c < p.d) s += A(qi[c]) * kr[t];
-      if (c < p.dv) dp += A(gi[c]) * vr[t];
-    }
-    s = group_allreduce<32>(s, sum_op{}, static_cast<A*>(nullptr));
-    dp = group_allreduce<32>(dp, sum_op{}, static_cast<A*>(nullptr));
-    s *= A(p.scale);
-    if (mask.p != nullptr) s += mask.p[b * mask.sb + h * mask.sh + i * mask.sq + j * mask.sk];
-    const A pr = dexp(s - lr);
+    const A pr = dexp(attention_score<CH>(p, kr, qi, mask, b, h, i, j, lane) - lr);
+    const A dp = attention_dot<CH>(vr, gi, p.dv, lane);
     const A z = attention_keep<A>(p, bh, i, j, keep, inv_keep);
     const A pz = attention_round<R>(pr * z);
     const A ds = attention_round<R>(pr * (z * dp - db[i]));
