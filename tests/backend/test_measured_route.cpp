@@ -2,13 +2,15 @@
 // the faster route wins, the choice goes to the route file and the next process reads it instead
 // of measuring, processes that meet a shape together measure it once and agree, a torn line is
 // measured again; the GEMM and the convolution passes measured at their first call give exactly
-// the bits of the route they chose (beta's C survives the trials), forced routes measure nothing.
+// the bits of the route they chose (beta's C survives the trials), and so do the fp32 attention's
+// forward and backward (each measured apart); forced routes and small problems measure nothing.
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -18,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "trainkit/backend/cpu/attention.hpp"
 #include "trainkit/backend/cpu/blas.hpp"
 #include "trainkit/backend/cpu/im2col.hpp"
 #include "trainkit/backend/cpu/measured_route.hpp"
@@ -305,6 +308,98 @@ TEST_CASE("small kernels, parallel regions and forced routes measure nothing", "
   }
   CHECK(backend::measured_routes().empty());
   CHECK(read_route_file(file.path).empty());
+}
+
+TEST_CASE("fp32 attention passes measured at their first call give the bits of the route they chose",
+          "[route][attention]") {
+  fresh_route_file file("routes-attention.tsv");
+  measured_gemm_route automatic(backend::cpu_gemm_route::automatic);
+  using attn = backend::attention<trainkit::cpu>;
+  // [2, 3, 200, 32] (2^22 multiply-adds: measured), causal, 200 tokens: partial tiles on both routes
+  // (64 x 64; 128 x 256).
+  backend::attention_problem p;
+  p.batch = 2, p.heads = 3, p.tq = p.tk = 200, p.d = p.dv = 32, p.scale = 0.17, p.causal = true;
+  const index_t n = p.batch * p.heads * p.tq * p.d, rows = p.batch * p.heads * p.tq;
+  const auto q = random_floats(std::size_t(n), 11), k = random_floats(std::size_t(n), 12),
+             v = random_floats(std::size_t(n), 13), g = random_floats(std::size_t(n), 14);
+  auto view = [&](const float* x) { return backend::attention_view<const float>{x, p.heads * p.tq * p.d, p.tq * p.d, p.d}; };
+  struct result {
+    std::vector<float> out, lse, dq, dk, dv;
+  };
+  auto run = [&] {
+    result r{std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(rows)), std::vector<float>(std::size_t(n)),
+             std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(n))};
+    attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
+                                      {r.out.data(), p.heads * p.tq * p.d, p.tq * p.d, p.d}, r.lse.data());
+    attn::backward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {}, view(r.out.data()),
+                                       r.lse.data(), view(g.data()), r.dq.data(), r.dk.data(), r.dv.data());
+    return r;
+  };
+  const result first = run();
+  const std::string tail =
+      " b2 h3 tq200 tk200 d32 dv32 c1 m0 r0 ld32,32,32 t" + std::to_string(backend::detail::route_threads());
+  backend::route_choice fwd, bwd;
+  REQUIRE(find_measured("sdpa fp32 forward" + tail, fwd));
+  REQUIRE(find_measured("sdpa fp32 backward" + tail, bwd));
+  CHECK(backend::measured_routes().size() == 2);
+  CAPTURE(fwd.onednn, fwd.builtin_us, fwd.onednn_us, bwd.onednn, bwd.builtin_us, bwd.onednn_us);
+  CHECK(fwd.builtin_us > 0);
+  CHECK(fwd.onednn_us > 0);
+
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  // Both passes forced onto the routes they chose: the same bits (a forward on one route and a
+  // backward on the other is what the choices may make, so force them pass by pass).
+  auto forced = [](const backend::route_choice& c) {
+    return c.onednn ? backend::cpu_gemm_route::onednn : backend::cpu_gemm_route::openblas;
+  };
+  result again{std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(rows)), std::vector<float>(std::size_t(n)),
+               std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(n))};
+  {
+    measured_gemm_route r(forced(fwd));
+    attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
+                                      {again.out.data(), p.heads * p.tq * p.d, p.tq * p.d, p.d}, again.lse.data());
+  }
+  {
+    measured_gemm_route r(forced(bwd));
+    attn::backward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {}, view(again.out.data()),
+                                       again.lse.data(), view(g.data()), again.dq.data(), again.dk.data(), again.dv.data());
+  }
+  CHECK(same(first.out, again.out));
+  CHECK(same(first.lse, again.lse));
+  CHECK(same(first.dq, again.dq));
+  CHECK(same(first.dk, again.dk));
+  CHECK(same(first.dv, again.dv));
+
+  // The two routes agree to fp32 rounding (they sum in another order).
+  result other{std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(rows)), std::vector<float>(std::size_t(n)),
+               std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(n))};
+  {
+    measured_gemm_route r(fwd.onednn ? backend::cpu_gemm_route::openblas : backend::cpu_gemm_route::onednn);
+    attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
+                                      {other.out.data(), p.heads * p.tq * p.d, p.tq * p.d, p.d}, other.lse.data());
+  }
+  float worst = 0;
+  for (index_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(first.out[std::size_t(i)] - other.out[std::size_t(i)]));
+  CHECK(worst < 1e-5f);
+
+  // Later calls take the recorded choices: the same bits, nothing measured again.
+  const result third = run();
+  CHECK(backend::measured_routes().size() == 2);
+  CHECK(same(first.out, third.out));
+  CHECK(same(first.dq, third.dq));
+  CHECK(same(first.dk, third.dk));
+  CHECK(same(first.dv, third.dv));
+  CHECK(read_route_file(file.path).find("sdpa fp32 backward" + tail) != std::string::npos);
+
+  // A small problem (2^16 multiply-adds) is not measured.
+  backend::attention_problem small = p;
+  small.batch = small.heads = 1, small.tq = small.tk = 32;
+  std::vector<float> so(32 * 32), sl(32);
+  attn::forward<void, float, float>(small, view(q.data()), view(k.data()), view(v.data()), {}, {so.data(), 32 * 32, 32 * 32, 32},
+                                    sl.data());
+  CHECK(backend::measured_routes().size() == 2);
 }
 
 #endif  // TRAINKIT_HAS_ONEDNN

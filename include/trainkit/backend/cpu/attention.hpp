@@ -1,8 +1,9 @@
 // trainkit/backend/cpu/attention.hpp - fused scaled dot-product attention on the host: for each
-// (batch, head) a tile of 64 queries meets the keys 64 at a time (bf16 operands: 128 and 256);
-// scores and products are GEMMs (blas<cpu>, one thread each inside the parallel loop; on OpenBLAS
-// against copies of K^T and V^T, see transposes()), the softmax is online (running max and sum,
-// the output rescaled as the max grows), so memory is O(T d) and no T x T matrix exists.
+// (batch, head) a tile of 64 queries meets the keys 64 at a time on OpenBLAS (against copies of
+// K^T and V^T), 128 and 256 on oneDNN (bf16 operands; fp32 where measured faster: tile_plan);
+// scores and products are GEMMs (one thread each inside the parallel loop), the softmax is online
+// (running max and sum, the output rescaled as the max grows; exp on AVX-512 or AVX2 lanes), so
+// memory is O(T d) and no T x T matrix exists.
 // The backward (flash attention 2) recomputes each tile's probabilities from the saved log-sum-exp:
 //   P = exp(S - lse), dV += P^T dO, dP = dO V^T, dS = P (dP - rowsum(dO O)), dQ += s dS K, dK += s dS^T Q
 // With dropout, the kept probabilities P Z (Z = 0 or 1 / (1 - p), regenerated from the Philox
@@ -14,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>  // std::snprintf: route keys
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -21,6 +23,7 @@
 #include "trainkit/backend/attention.hpp"
 #include "trainkit/backend/cpu/blas.hpp"
 #include "trainkit/backend/cpu/convert16.hpp"  // the bf16 tiles
+#include "trainkit/backend/cpu/measured_route.hpp"  // fp32_on_onednn
 #include "trainkit/backend/cpu/onednn_gemm.hpp"  // the tiles' GEMMs
 #include "trainkit/config.hpp"
 #include "trainkit/core/generator.hpp"  // bernoulli_at: the dropout stream
@@ -49,6 +52,37 @@ namespace detail {
   return sum;
 }
 
+/// exp_shift_sum_avx2 on 16 lanes: the same values; the sum's order differs.
+[[gnu::target("avx512f,avx512dq")]] inline float exp_shift_sum_avx512(float* s, index_t n, float m) {
+  const __m512 vm = _mm512_set1_ps(m);
+  __m512 acc = _mm512_setzero_ps();
+  index_t c = 0;
+  for (; c + 16 <= n; c += 16) {
+    const __m512 e = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + c), vm));
+    _mm512_storeu_ps(s + c, e);
+    acc = _mm512_add_ps(acc, e);
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  float sum = 0;
+  for (float x : lanes) sum += x;
+  for (; c < n; ++c) sum += (s[c] = std::exp(s[c] - m));
+  return sum;
+}
+
+/// row_max_avx2 on 16 lanes.
+[[gnu::target("avx512f")]] inline float row_max_avx512(const float* s, index_t n, float m) {
+  __m512 acc = _mm512_set1_ps(m);
+  index_t c = 0;
+  for (; c + 16 <= n; c += 16)
+    acc = _mm512_maskz_max_ps(0xffff, _mm512_loadu_ps(s + c), acc);  // NaN: acc kept (maskz: exp_avx512)
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc);
+  for (float x : lanes) m = std::max(m, x);
+  for (; c < n; ++c) m = std::max(m, s[c]);
+  return m;
+}
+
 /// max(m, s[0..n)) (a NaN in s is skipped, as std::max(m, NaN) does).
 [[gnu::target("avx2,fma")]] inline float row_max_avx2(const float* s, index_t n, float m) {
   __m256 acc = _mm256_set1_ps(m);
@@ -66,8 +100,10 @@ namespace detail {
 template <class T>
 T attention_row_max(const T* s, index_t n, T m) {
 #if TRAINKIT_CPU_VECTOR_MATH
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx512()) return row_max_avx512(s, n, m);
     if (has_avx2_fma()) return row_max_avx2(s, n, m);
+  }
 #endif
   for (index_t c = 0; c < n; ++c) m = std::max(m, s[c]);
   return m;
@@ -75,8 +111,10 @@ T attention_row_max(const T* s, index_t n, T m) {
 template <class T>
 T attention_exp_shift_sum(T* s, index_t n, T m) {
 #if TRAINKIT_CPU_VECTOR_MATH
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    if (has_avx512()) return exp_shift_sum_avx512(s, n, m);
     if (has_avx2_fma()) return exp_shift_sum_avx2(s, n, m);
+  }
 #endif
   T sum = 0;
   for (index_t c = 0; c < n; ++c) sum += (s[c] = std::exp(s[c] - m));
@@ -86,15 +124,24 @@ T attention_exp_shift_sum(T* s, index_t n, T m) {
 
 template <>
 struct attention<cpu> {
-  /// Query and key tile sizes for operands G: 64 x 64 on OpenBLAS (G = A; its small-matrix kernels,
-  /// which skip the packing, stop at about 64^3 multiply-adds: 128 x 128 tiles were 7-10 % slower
-  /// on an AVX-512 Xeon), 128 x 256 for bf16 operands on oneDNN, whose fixed cost per call weighs
-  /// on a 64^3 product (there 1.2-1.3x faster at T = 1024: 84 against 106 ms forward + backward
-  /// with AMX).
+  /// How a call's tiles run: the query and key tile sizes, whether the products that take K or V
+  /// transposed read copies of K^T and V^T (transposes()), and whether fp32 tiles run on oneDNN.
+  struct tile_plan {
+    index_t block_q = 64, block_k = 64;
+    bool transposes = false;
+    bool onednn = false;
+  };
+
+  /// The plan for operands G: 64 x 64 on OpenBLAS (its small-matrix kernels, which skip the
+  /// packing, stop at about 64^3 multiply-adds: 128 x 128 tiles were 7-10 % slower on an AVX-512
+  /// Xeon), with copies of K^T and V^T; 128 x 256 on oneDNN (bf16 operands always; fp32 where
+  /// measured faster, fp32_on_onednn), whose fixed cost per call weighs on a 64^3 product (bf16
+  /// there 1.2-1.3x faster at T = 1024: 84 against 106 ms forward + backward with AMX).
   template <class G, class A>
-  static constexpr index_t block_q_for = std::is_same_v<G, A> ? 64 : 128;
-  template <class G, class A>
-  static constexpr index_t block_k_for = std::is_same_v<G, A> ? 64 : 256;
+  static tile_plan plan(bool onednn_fp32) {
+    const bool onednn = !std::is_same_v<G, A> || onednn_fp32;
+    return onednn ? tile_plan{128, 256, false, true} : tile_plan{64, 64, true, false};
+  }
 
   /// R: the compute type to round P, dS and the outputs to (void: none); G: the operands' type
   /// (A, or bfloat16 multiplied by oneDNN's bf16 kernels into fp32); A: scores and accumulators.
@@ -102,11 +149,40 @@ struct attention<cpu> {
   static void forward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
                       attention_view<const G> v, const attention_mask<A>& mask, attention_view<G> out, A* lse) {
     check_types<R, G, A>();
-    constexpr index_t block_q = block_q_for<G, A>, block_k = block_k_for<G, A>;
+    std::vector<G> o;  // a trial's output, dense [B, H, Tq, dv], and log-sum-exp
+    std::vector<A> l;
+    const bool onednn = fp32_on_onednn<R, G, A>("forward", p, q, k, v, mask, [&](const tile_plan& t, const attention_problem& trial) {
+      if (o.empty()) o.resize(std::size_t(p.batch * p.heads * p.tq * p.dv)), l.resize(std::size_t(p.batch * p.heads * p.tq));
+      forward_tiles<R>(t, trial, q, k, v, mask, attention_view<G>{o.data(), p.heads * p.tq * p.dv, p.tq * p.dv, p.dv},
+                       l.data());
+    });
+    forward_tiles<R>(plan<G, A>(onednn), p, q, k, v, mask, out, lse);
+  }
+
+  template <class R = void, class G, class A>
+  static void backward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
+                       attention_view<const G> v, const attention_mask<A>& mask, attention_view<const G> out,
+                       const A* lse, attention_view<const G> dout, A* dq, A* dk, A* dv) {
+    check_types<R, G, A>();
+    std::vector<A> g;  // a trial's dq, dk and dv
+    const bool onednn = fp32_on_onednn<R, G, A>("backward", p, q, k, v, mask, [&](const tile_plan& t, const attention_problem& trial) {
+      const index_t nq = p.batch * p.heads * p.tq * p.d, nk = p.batch * p.heads * p.tk * p.d;
+      if (g.empty()) g.resize(std::size_t(nq + nk + p.batch * p.heads * p.tk * p.dv));
+      backward_tiles<R>(t, trial, q, k, v, mask, out, lse, dout, g.data(), g.data() + nq, g.data() + nq + nk);
+    });
+    backward_tiles<R>(plan<G, A>(onednn), p, q, k, v, mask, out, lse, dout, dq, dk, dv);
+  }
+
+ private:
+  template <class R, class G, class A>
+  static void forward_tiles(const tile_plan& t, const attention_problem& p, attention_view<const G> q,
+                            attention_view<const G> k, attention_view<const G> v, const attention_mask<A>& mask,
+                            attention_view<G> out, A* lse) {
+    const index_t block_q = t.block_q, block_k = t.block_k;
     const index_t nq = (p.tq + block_q - 1) / block_q, items = p.batch * p.heads * nq;
     // K^T of every head, [d x tk] each, where the scores take it (transposes()).
-    std::vector<G> kt(transposes<G, A>() ? std::size_t(p.batch * p.heads * p.d * p.tk) : 0);
-    if constexpr (transposes<G, A>())
+    std::vector<G> kt(t.transposes ? std::size_t(p.batch * p.heads * p.d * p.tk) : 0);
+    if (t.transposes)
       run(p.batch * p.heads, double(p.tk) * double(p.d), [&](auto&& for_items) {
         for_items([&](index_t bh) { transpose(k.at(bh / p.heads, bh % p.heads), k.st, p.tk, p.d, kt.data() + bh * p.d * p.tk); });
       });
@@ -117,7 +193,7 @@ struct attention<cpu> {
         const index_t bh = item / nq, i0 = (item % nq) * block_q, bq = std::min(block_q, p.tq - i0);
         const index_t b = bh / p.heads, h = bh % p.heads;
         const G* qi = q.at(b, h) + i0 * q.st;
-        const key_tiles<G> keys = transposes<G, A>() ? key_tiles<G>{kt.data() + bh * p.d * p.tk, p.tk, true}
+        const key_tiles<G> keys = t.transposes ? key_tiles<G>{kt.data() + bh * p.d * p.tk, p.tk, true}
                                                      : key_tiles<G>{k.at(b, h), k.st, false};
         const G* vb = v.at(b, h);
         std::fill(acc.begin(), acc.begin() + bq * p.dv, A(0));
@@ -126,7 +202,7 @@ struct attention<cpu> {
         const index_t j_end = p.causal ? std::min(p.tk, i0 + bq) : p.tk;  // keys past the tile's last row: masked
         for (index_t j0 = 0; j0 < j_end; j0 += block_k) {
           const index_t bk = std::min(block_k, j_end - j0);
-          scores(p, mask, b, h, i0, bq, j0, bk, qi, q.st, keys, s.data());
+          scores(t, p, mask, b, h, i0, bq, j0, bk, qi, q.st, keys, s.data());
           for (index_t r = 0; r < bq; ++r) {
             A* sr = s.data() + r * bk;
             const A mx = detail::attention_row_max(sr, bk, m[r]);
@@ -142,7 +218,7 @@ struct attention<cpu> {
             if (rescale != A(1))
               for (A *a = acc.data() + r * p.dv, *e = a + p.dv; a != e; ++a) *a *= rescale;
           }
-          tile_gemm(false, false, bq, p.dv, bk, 1.0, operand<R>(s.data(), sg.data(), bq * bk), bk, vb + j0 * v.st, v.st,
+          tile_gemm(t.onednn, false, false, bq, p.dv, bk, 1.0, operand<R>(s.data(), sg.data(), bq * bk), bk, vb + j0 * v.st, v.st,
                     1.0, acc.data(), p.dv);
         }
         G* oi = out.at(b, h) + i0 * out.st;
@@ -157,12 +233,12 @@ struct attention<cpu> {
     });
   }
 
-  template <class R = void, class G, class A>
-  static void backward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
-                       attention_view<const G> v, const attention_mask<A>& mask, attention_view<const G> out,
-                       const A* lse, attention_view<const G> dout, A* dq, A* dk, A* dv) {
-    check_types<R, G, A>();
-    constexpr index_t block_q = block_q_for<G, A>, block_k = block_k_for<G, A>;
+  template <class R, class G, class A>
+  static void backward_tiles(const tile_plan& t, const attention_problem& p, attention_view<const G> q,
+                             attention_view<const G> k, attention_view<const G> v, const attention_mask<A>& mask,
+                             attention_view<const G> out, const A* lse, attention_view<const G> dout, A* dq, A* dk,
+                             A* dv) {
+    const index_t block_q = t.block_q, block_k = t.block_k;
     const index_t items = p.batch * p.heads;
     run(items, double(p.tq) * double(p.tk) * double(2 * p.d + 2 * p.dv), [&](auto&& for_items) {
       std::vector<A> s(std::size_t(block_q * block_k)), dp(std::size_t(block_q * block_k)), drow(std::size_t(p.tq));
@@ -170,7 +246,7 @@ struct attention<cpu> {
       if (p.dropout_p > 0) z.resize(s.size()), pz.resize(s.size());
       std::vector<G> sg(converts<R, G, A>() ? s.size() : 0);  // P Z, then dS, as their products take them
       // This head's K^T and V^T, [d x tk] and [dv x tk], where the products take them (transposes()).
-      std::vector<G> kt(transposes<G, A>() ? std::size_t(p.d * p.tk) : 0), vt(transposes<G, A>() ? std::size_t(p.dv * p.tk) : 0);
+      std::vector<G> kt(t.transposes ? std::size_t(p.d * p.tk) : 0), vt(t.transposes ? std::size_t(p.dv * p.tk) : 0);
       for_items([&](index_t bh) {
         const index_t b = bh / p.heads, h = bh % p.heads;
         const G* qb = q.at(b, h);
@@ -185,11 +261,11 @@ struct attention<cpu> {
         std::fill(dqb, dqb + p.tq * p.d, A(0));
         std::fill(dkb, dkb + p.tk * p.d, A(0));
         std::fill(dvb, dvb + p.tk * p.dv, A(0));
-        if constexpr (transposes<G, A>()) {
+        if (t.transposes) {
           transpose(kb, k.st, p.tk, p.d, kt.data());
           transpose(vb, v.st, p.tk, p.dv, vt.data());
         }
-        const key_tiles<G> keys = transposes<G, A>() ? key_tiles<G>{kt.data(), p.tk, true} : key_tiles<G>{kb, k.st, false};
+        const key_tiles<G> keys = t.transposes ? key_tiles<G>{kt.data(), p.tk, true} : key_tiles<G>{kb, k.st, false};
         for (index_t i = 0; i < p.tq; ++i) {  // rowsum(dO * O)
           A acc = 0;
           for (index_t c = 0; c < p.dv; ++c) acc += A(gb[i * dout.st + c]) * A(ob[i * out.st + c]);
@@ -200,7 +276,7 @@ struct attention<cpu> {
           const index_t i_begin = p.causal ? j0 / block_q * block_q : 0;  // earlier query tiles see none of these keys
           for (index_t i0 = i_begin; i0 < p.tq; i0 += block_q) {
             const index_t bq = std::min(block_q, p.tq - i0);
-            scores(p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, keys, s.data());
+            scores(t, p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, keys, s.data());
             for (index_t r = 0; r < bq; ++r) {
               const A lr = lb[i0 + r];
               A* sr = s.data() + r * bk;
@@ -219,13 +295,13 @@ struct attention<cpu> {
               for (index_t e = 0; e < bq * bk; ++e) pz[std::size_t(e)] = s[std::size_t(e)] * z[std::size_t(e)];
             }
             // dV_j += (P Z)^T dO_i;  dP = dO_i V_j^T (then Z dP)
-            tile_gemm(true, false, bk, p.dv, bq, 1.0, operand<R>(drop ? pz.data() : s.data(), sg.data(), bq * bk), bk,
+            tile_gemm(t.onednn, true, false, bk, p.dv, bq, 1.0, operand<R>(drop ? pz.data() : s.data(), sg.data(), bq * bk), bk,
                       gb + i0 * dout.st, dout.st, 1.0, dvb + j0 * p.dv, p.dv);
-            if constexpr (transposes<G, A>())
-              tile_gemm(false, false, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vt.data() + j0, p.tk, 0.0, dp.data(),
+            if (t.transposes)
+              tile_gemm(t.onednn, false, false, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vt.data() + j0, p.tk, 0.0, dp.data(),
                         bk);
             else
-              tile_gemm(false, true, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vb + j0 * v.st, v.st, 0.0,
+              tile_gemm(t.onednn, false, true, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vb + j0 * v.st, v.st, 0.0,
                         dp.data(), bk);
             if (drop)
               for (index_t e = 0; e < bq * bk; ++e) dp[std::size_t(e)] *= z[std::size_t(e)];
@@ -237,15 +313,14 @@ struct attention<cpu> {
             }
             // dQ_i += s dS K_j;  dK_j += s dS^T Q_i
             const G* ds = operand<R>(s.data(), sg.data(), bq * bk);
-            tile_gemm(false, false, bq, p.d, bk, p.scale, ds, bk, kb + j0 * k.st, k.st, 1.0, dqb + i0 * p.d, p.d);
-            tile_gemm(true, false, bk, p.d, bq, p.scale, ds, bk, qb + i0 * q.st, q.st, 1.0, dkb + j0 * p.d, p.d);
+            tile_gemm(t.onednn, false, false, bq, p.d, bk, p.scale, ds, bk, kb + j0 * k.st, k.st, 1.0, dqb + i0 * p.d, p.d);
+            tile_gemm(t.onednn, true, false, bk, p.d, bq, p.scale, ds, bk, qb + i0 * q.st, q.st, 1.0, dkb + j0 * p.d, p.d);
           }
         }
       });
     });
   }
 
- private:
   template <class T>
   static constexpr T inf() {
     return std::numeric_limits<T>::infinity();
@@ -278,12 +353,12 @@ struct attention<cpu> {
 
   /// s[bq x bk] = scale * Q_i K_j^T + mask, -inf where causal hides key j from query i.
   template <class G, class A>
-  static void scores(const attention_problem& p, const attention_mask<A>& mask, index_t b, index_t h, index_t i0,
+  static void scores(const tile_plan& t, const attention_problem& p, const attention_mask<A>& mask, index_t b, index_t h, index_t i0,
                      index_t bq, index_t j0, index_t bk, const G* qi, index_t ldq, const key_tiles<G>& keys, A* s) {
     if (keys.transposed)
-      tile_gemm(false, false, bq, bk, p.d, p.scale, qi, ldq, keys.p + j0, keys.ld, 0.0, s, bk);
+      tile_gemm(t.onednn, false, false, bq, bk, p.d, p.scale, qi, ldq, keys.p + j0, keys.ld, 0.0, s, bk);
     else
-      tile_gemm(false, true, bq, bk, p.d, p.scale, qi, ldq, keys.p + j0 * keys.ld, keys.ld, 0.0, s, bk);
+      tile_gemm(t.onednn, false, true, bq, bk, p.d, p.scale, qi, ldq, keys.p + j0 * keys.ld, keys.ld, 0.0, s, bk);
     if (mask.p != nullptr) {
       const A* mb = mask.p + b * mask.sb + h * mask.sh;
       for (index_t r = 0; r < bq; ++r) {
@@ -332,17 +407,6 @@ struct attention<cpu> {
     }
   }
 
-  /// Whether the products that take K or V transposed (the scores Q K^T, dP = dO V^T) read copies
-  /// of K^T and V^T instead: on the OpenBLAS route (G = A). OpenBLAS takes row-major A B^T as its
-  /// column-major "tn" product, whose small-matrix kernel it refuses for a 64 x 64 output, so each
-  /// such tile went through the packing path - 40 % of a T = 1024 forward + backward in sgemm_tn and
-  /// its copies on an AVX-512 Xeon. A head's copy costs one pass over T x d. oneDNN's bf16 kernels
-  /// read the transposed layout as it is.
-  template <class G, class A>
-  static constexpr bool transposes() {
-    return std::is_same_v<G, A>;
-  }
-
   /// x [rows x cols], rows ld apart, transposed into out [cols x rows], 8 x 8 blocks at a time.
   template <class G>
   static void transpose(const G* x, index_t ld, index_t rows, index_t cols, G* out) {
@@ -366,14 +430,20 @@ struct attention<cpu> {
 
   /// C (A) = alpha op(A) op(B) + beta C for the tiles: bfloat16 operands through oneDNN's bf16
   /// kernels with fp32 results (64 x 64 x 64: 2.8-3.2 us on the AVX512-BF16 EPYC, against
-  /// OpenBLAS sgemm's 4.6-6.2 us); float and double through blas<cpu> (OpenBLAS inside the parallel
-  /// loop: oneDNN's fp32 matmul was 5.0-5.4 us, faster only for the Q K^T layout).
+  /// OpenBLAS sgemm's 4.6-6.2 us); float through oneDNN's fp32 matmul where the plan says so, else
+  /// (and double) through blas<cpu> (OpenBLAS inside the parallel loop).
   template <class G, class A>
-  static void tile_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, double alpha, const G* a, index_t lda,
-                        const G* b, index_t ldb, double beta, A* c, index_t ldc) {
+  static void tile_gemm(bool onednn, bool ta, bool tb, index_t m, index_t n, index_t k, double alpha, const G* a,
+                        index_t lda, const G* b, index_t ldb, double beta, A* c, index_t ldc) {
     if constexpr (std::is_same_v<G, A>) {
+#if TRAINKIT_HAS_ONEDNN
+      if constexpr (std::is_same_v<A, float>)
+        if (onednn && onednn_gemm<G, A>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
+#endif
+      (void)onednn;
       blas<cpu>::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     } else {
+      (void)onednn;
 #if TRAINKIT_HAS_ONEDNN
       if (onednn_gemm<G, A>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
 #endif
@@ -386,6 +456,43 @@ struct attention<cpu> {
       const auto wa = widen(a, ta ? k : m, ta ? m : k, lda), wb = widen(b, tb ? n : k, tb ? k : n, ldb);
       blas<cpu>::gemm(ta, tb, m, n, k, alpha, wa.data(), ta ? m : k, wb.data(), tb ? k : n, beta, c, ldc);
     }
+  }
+
+  /// Whether a pass's fp32 tiles (G = A = float) run on oneDNN's fp32 matmul in 128 x 256 tiles
+  /// rather than on OpenBLAS in 64 x 64 ones: the route forced (TRAINKIT_CPU_GEMM=onednn|openblas),
+  /// else the faster of the two for this pass, shape, layout and thread count on this machine -
+  /// trial(plan, problem without dropout) runs the pass into scratch outputs - measured at its
+  /// first call and kept in the route file (backend/cpu/measured_route.hpp: the routes sum in
+  /// another order, so a choice must hold for the whole training). Forward and backward choose
+  /// apart: on a 2-core AVX-512 Xeon oneDNN's forward was 1.2-1.4x faster on [4, 8, T, 64] heads
+  /// (T = 256, 1024, causal or not), its backward as fast without a mask and slower with a causal one.
+  template <class R, class G, class A, class Trial>
+  static bool fp32_on_onednn(const char* pass, const attention_problem& p, attention_view<const G> q,
+                             attention_view<const G> k, attention_view<const G> v, const attention_mask<A>& mask,
+                             Trial&& trial) {
+#if TRAINKIT_HAS_ONEDNN
+    if constexpr (std::is_same_v<G, float> && std::is_same_v<A, float>) {
+      const cpu_gemm_route forced = get_cpu_gemm_route();
+      if (forced != cpu_gemm_route::automatic) return forced == cpu_gemm_route::onednn;
+      // Small problems (under 2^20 multiply-adds in all) stay on OpenBLAS unmeasured.
+      const double work = double(p.batch * p.heads) * double(p.tq) * double(p.tk) * double(p.d + p.dv);
+      if (!detail::may_measure() || work < blas<cpu>::parallel_grain) return false;
+      char key[224];
+      std::snprintf(key, sizeof key,
+                    "sdpa fp32 %s b%lld h%lld tq%lld tk%lld d%lld dv%lld c%d m%d r%d ld%lld,%lld,%lld t%d", pass,
+                    (long long)p.batch, (long long)p.heads, (long long)p.tq, (long long)p.tk, (long long)p.d,
+                    (long long)p.dv, int(p.causal), int(mask.p != nullptr), int(!std::is_void_v<R>), (long long)q.st,
+                    (long long)k.st, (long long)v.st, detail::route_threads());
+      return detail::route_table::get().choose(key, [&](bool onednn) {
+        attention_problem without_dropout = p;
+        without_dropout.dropout_p = 0;
+        trial(plan<G, A>(onednn), without_dropout);
+        return true;
+      });
+    }
+#endif
+    (void)pass, (void)p, (void)q, (void)k, (void)v, (void)mask, (void)trial;
+    return false;
   }
 
   /// body(for_items): for_items(f) calls f(item) for this thread's share of [0, items) - over
