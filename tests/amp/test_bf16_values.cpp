@@ -1,7 +1,7 @@
 // Values held in bf16 between ops (var::value_bf16, grad_flow): a bf16 scope's convolution,
 // batch norm, relu, max pooling, reshape, residual add and linear pass bf16 tensors on, forward and
-// backward, with the numbers the fp32-held (value_precision-tagged) path gives; and the vector
-// kernels behind them agree bit for bit with the scalar rules.
+// backward, with the numbers the fp32-held (value_precision-tagged) path gives (GELU of bf16 values
+// rounds in its own pass); and the vector kernels behind them agree bit for bit with the scalar rules.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -377,5 +377,65 @@ TEST_CASE("on the widened route a GEMM result defers its rounding to its reader,
   for (std::size_t i = 0; i < a.size(); ++i) {
     INFO("tensor " << i);
     REQUIRE(bit_equal(a[i], b[i]));
+  }
+}
+
+TEST_CASE("GELU of bf16 values rounds its result and gradient in its own pass, with the separate passes' numbers",
+          "[amp][bf16][gelu]") {
+  // linear -> gelu -> linear under bf16 autocast, two ways: as it runs (GELU of the first GEMM's
+  // result, whose rounding was deferred on the widened route: rounded in GELU's pass; its output and
+  // its input's gradient rounded there too), and spelled out in separate ops - the input rounded,
+  // GELU in fp32 on an untagged copy, its output rounded. The second linear would have rounded GELU's
+  // output and the first one its gradient, so both give the same bits.
+  std::mt19937 rng(15);
+  const ftensor x0 = random_float({64, 40}, rng) * 3.0f, target = random_float({64, 5}, rng);
+  generator gen(4);
+  nn::linear<> l1(40, 300, true, gen), l2(300, 5, true, gen);  // 64 x 300: the vector loops and a tail
+  auto run = [&](bool fused) {
+    for (auto* m : {&l1, &l2}) m->zero_grad();
+    fvar x(x0, true), out;
+    {
+      amp::autocast<amp::mixed_bf16> scope;
+      const fvar h = l1.forward(x);
+      fvar g;
+      if (fused) {
+        g = autograd::gelu(h);
+        CHECK(g.precision() == autograd::value_precision::bfloat16);
+        CHECK(bit_equal(g.value(), rounded(g.value())));
+      } else {
+        const fvar plain = autograd::mul(h, 1.0);  // an fp32 var of h's rounded values, untagged
+        g = autograd::gelu(plain);
+        CHECK(g.precision() == autograd::value_precision::full);
+      }
+      out = l2.forward(g);
+    }
+    autograd::mse_loss(out, fvar(target)).backward();
+    std::vector<ftensor> r{out.value().clone(), x.grad().clone()};
+    for (auto* m : {&l1, &l2})
+      for (auto& p : m->parameters()) r.push_back(p.grad().clone());
+    return r;
+  };
+  const auto a = run(true), b = run(false);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO("tensor " << i);
+    REQUIRE(bit_equal(a[i], b[i]));
+  }
+  // The kernels' vector lanes and scalar tail against the scalar rule, deferred input or not.
+  const index_t n = 1003;
+  const ftensor xs = random_float({n}, rng) * 4.0f, gs = random_float({n}, rng);
+  for (bool round_x : {false, true}) {
+    ftensor y = ftensor::empty({n}), dx = ftensor::empty({n});
+    backend::gelu<cpu>::forward_bf16(n, xs.data(), y.data(), round_x);
+    backend::gelu<cpu>::backward_bf16(n, gs.data(), xs.data(), dx.data(), round_x);
+    for (index_t i = 0; i < n; ++i) {
+      const float xi = round_x ? float(bf16(xs.data()[i])) : xs.data()[i];
+      CAPTURE(round_x, i, xi);
+      const float want_y = float(bf16(functors::gelu{}(xi))), want_dx = float(bf16(functors::gelu_backward{}(gs.data()[i], xi)));
+      // The vector erf/exp are within a few ulp of std::erf/std::exp: allow one bf16 step.
+      CHECK(std::abs(y.data()[i] - want_y) <= std::abs(want_y) * 0x1p-7f + 1e-30f);
+      CHECK(std::abs(dx.data()[i] - want_dx) <= std::abs(want_dx) * 0x1p-7f + 1e-30f);
+      CHECK(float(bf16(y.data()[i])) == y.data()[i]);
+      CHECK(float(bf16(dx.data()[i])) == dx.data()[i]);
+    }
   }
 }

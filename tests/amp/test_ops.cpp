@@ -285,9 +285,10 @@ TEST_CASE("without a graph to record, mixed linear gives the same values", "[amp
 
 TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp][memory]") {
   // 8 x (Linear(128, 128) + ReLU), batch 512: fp32 saves two fp32 activations per block (the
-  // linear's input, the relu's input); fp16 saves the linear's input in fp16 instead, and the
-  // weight as its GEMM took it (as torch's autocast does; on the CPU, whose GEMM widens fp16, that is
-  // the rounded fp32 copy: a quarter of an activation here). bf16
+  // linear's input, the relu's input); fp16 saves the relu's input in fp16, and the linear's input
+  // and weight as its GEMM took them (as torch's autocast does; on the CPU, whose GEMM widens fp16,
+  // that is the rounded fp32 copies - a narrowing pass in forward and a widening one in backward
+  // fewer than saving them in fp16 - and the weight's is a quarter of an activation here). bf16
   // passes its values between the ops in bf16: the relu's output is the next linear's saved input,
   // one bf16 activation per block, as torch.autocast's bf16 tensors (where the CPU multiplies bf16
   // natively; elsewhere bf16 is held like fp16).
@@ -309,9 +310,9 @@ TEST_CASE("a mixed MLP keeps fewer bytes for backward than the fp32 one", "[amp]
   const double act = 512.0 * 128 * sizeof(float);
   WARN("bytes held for backward: fp32 " << f / act << " activations, bf16 " << b / act << ", fp16 "
                                         << h / act);
-  REQUIRE(double(h) <= 0.9 * double(f));  // 11 of 16 here (the weights' rounded copies: 2 of them)
+  REQUIRE(double(h) <= 0.95 * double(f));  // 15 of 16 here (the weights' rounded copies: 2 of them)
   if (backend::blas<cpu>::bf16_native())
     REQUIRE(double(b) <= 0.4 * double(f));  // 5.5 of 16 (a bf16 activation and a weight copy per block)
   else  // a CPU without bf16 arithmetic: bf16 values held in fp32, as fp16's
-    REQUIRE(double(b) <= 0.9 * double(f));
+    REQUIRE(double(b) <= 0.95 * double(f));
 }

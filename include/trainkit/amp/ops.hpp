@@ -92,6 +92,12 @@ template <class G, class Compute, class T, class D>
 inline constexpr bool widened_bf16 =
     std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16> && std::is_same_v<D, cpu>;
 
+/// saved_operand: a mixed op saves its GEMM operands for backward as the GEMM took them - Compute
+/// elements where the GEMM is native, Compute values held in fp32 on the widened route (fp32's
+/// memory, as an fp32 step saves them). Saving them in Compute there took a narrowing pass in
+/// forward and a widening one in backward for each: with the rounding passes, the bf16 GPT step
+/// under the AVX2 limits cost 1.13x its fp32 step.
+
 /// Whether a mixed op whose GEMMs run on G leaves its result in bfloat16 (var::from_bfloat16) and
 /// hands its input gradients on in bfloat16 (grad_flow): a bf16 policy on a native bf16 GEMM, where
 /// the GEMM's own output is the result - as torch.autocast's bf16 ops return bf16 tensors.
@@ -200,11 +206,12 @@ std::vector<autograd::grad_flow<T, D>> gradient_flows(R&& r, const std::vector<b
 
 }  // namespace detail
 
-// Each mixed op saves its activations in Compute and its weight as its GEMM took it - as torch's
-// autocast ops save their cast weights for backward: rounding the master weight again in backward
-// was a pass over every weight per step (a tenth of an fp16 MLP step). With a native GEMM that is
-// the Compute copy (2 bytes per weight); where the operands are widened (fp16 on the CPU) it is
-// the rounded fp32 copy, 4 bytes per weight, which spares backward a widening pass per weight.
+// Each mixed op saves its activations and its weight as its GEMM took them (saved_operand) - as
+// torch's autocast ops save their cast weights for backward: rounding the master weight again in
+// backward was a pass over every weight per step (a tenth of an fp16 MLP step). With a native GEMM
+// that is the Compute copy (2 bytes per element); where the operands are widened (fp16 on the CPU,
+// bf16 on a CPU without bf16 arithmetic) it is the rounded fp32 copy, 4 bytes per element, which
+// spares forward a narrowing pass and backward a widening one per operand.
 // backward rebuilds the plain op on the gemm type from them, feeds it the incoming gradient
 // rounded to Compute, and rounds every input gradient to Compute.
 namespace ops {
@@ -214,7 +221,7 @@ namespace ops {
 template <class Compute, class T, class D, class G = detail::gemm_t<D, Compute>>
 struct linear {
   static constexpr std::string_view name = "linear";
-  tensor<Compute, D> x2;
+  tensor<G, D> x2;  // Compute values as the GEMM takes them (saved_operand)
   tensor<G, D> wg;
   shape x_sizes;
   bool has_bias = false;
@@ -236,18 +243,18 @@ struct linear {
  private:
   // The input is read only for the weight's gradient.
   autograd::ops::linear<G, D> plain(const std::vector<bool>& needs) const {
-    return {needs[1] ? cast<G>(x2) : tensor<G, D>(), wg, x_sizes, has_bias};
+    return {needs[1] ? x2 : tensor<G, D>(), wg, x_sizes, has_bias};
   }
 };
 
-/// amp::matmul's node: both operands in Compute (they are usually activations).
+/// amp::matmul's node: both operands as Compute values in the GEMM's type (saved_operand).
 template <class Compute, class T, class D, class G = detail::gemm_t<D, Compute>>
 struct matmul {
   static constexpr std::string_view name = "matmul";
-  tensor<Compute, D> a, b;
+  tensor<G, D> a, b;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
-    const autograd::ops::matmul<G, D> op{cast<G>(a), cast<G>(b)};
+    const autograd::ops::matmul<G, D> op{a, b};
     return detail::gradients_from_gemm<T, Compute, G, D>(op.backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
   }
@@ -257,17 +264,17 @@ struct matmul {
     requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
     return detail::gradient_flows<T, Compute, G, D>(
-        autograd::ops::matmul<G, D>{cast<G>(a), cast<G>(b)}.backward(detail::gradient_to_gemm<G, Compute>(g), needs),
+        autograd::ops::matmul<G, D>{a, b}.backward(detail::gradient_to_gemm<G, Compute>(g), needs),
         needs, 2);
   }
 };
 
-/// amp::conv2d's node: the dense input [N, C, H, W] in Compute and the weight as the forward's
-/// convolution took it (Compute values, in the GEMM's type).
+/// amp::conv2d's node: the dense input [N, C, H, W] and the weight as the forward's convolution
+/// took them (Compute values, in the GEMM's type: saved_operand).
 template <class Compute, class T, class D, class G = detail::gemm_t<D, Compute>>
 struct conv2d {
   static constexpr std::string_view name = "conv2d";
-  tensor<Compute, D> x;
+  tensor<G, D> x;
   tensor<G, D> wg;  // dense
   shape x_sizes;
   backend::conv2d_geometry g;
@@ -288,7 +295,7 @@ struct conv2d {
   }
 
  private:
-  autograd::ops::conv2d<G, D> plain() const { return {cast<G>(x), wg, x_sizes, g, groups, has_bias}; }
+  autograd::ops::conv2d<G, D> plain() const { return {x, wg, x_sizes, g, groups, has_bias}; }
 };
 
 }  // namespace ops
@@ -318,20 +325,24 @@ autograd::var<T, D> record_result(Op&& op, tensor<G, D> y, const autograd::var<T
   }
 }
 
-/// matmul with operands and result rounded to Compute, a and b saved in Compute.
+/// matmul with operands and result rounded to Compute, a and b saved as the GEMM took them.
 template <class Compute, class T, class D>
 autograd::var<T, D> mixed_matmul(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
   return on_gemm_type<D, Compute>([&]<class G>(std::type_identity<G>) {
-    const tensor<Compute, D> ac = compute_values<Compute>(a), bc = compute_values<Compute>(b);
-    return record_result<T, Compute>(ops::matmul<Compute, T, D, G>{ac, bc},
-                                     trainkit::matmul(cast<G>(ac), cast<G>(bc)), a, b, autograd::var<T, D>());
+    tensor<G, D> ag, bg;
+    if constexpr (std::is_same_v<G, Compute>)
+      ag = compute_values<Compute>(a), bg = compute_values<Compute>(b);
+    else
+      ag = gemm_values<G, Compute>(a), bg = gemm_values<G, Compute>(b);
+    return record_result<T, Compute>(ops::matmul<Compute, T, D, G>{ag, bg}, trainkit::matmul(ag, bg), a, b,
+                                     autograd::var<T, D>());
   });
 }
 }  // namespace detail
 
 /// F.linear under policy P: x [*, in], weight [out, in], bias [out] or undefined -> [*, out].
-/// Mixed: y = round_C(round_C(x) round_C(W)^T + round_C(b)) with fp32 accumulation; saves x in C
-/// and W as the GEMM took it. fp32: autograd::linear.
+/// Mixed: y = round_C(round_C(x) round_C(W)^T + round_C(b)) with fp32 accumulation; saves x and W
+/// as the GEMM took them (saved_operand). fp32: autograd::linear.
 /// \tparam P a precision_policy
 template <precision_policy P, class T, class D>
 autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, D>& weight,
@@ -354,19 +365,15 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
                      "bias of sizes " << trainkit::to_string(bias.sizes()) << " does not match weight sizes "
                                       << trainkit::to_string(wv.sizes()) << " (expected [" << out_f << "])");
     return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G>) {
-      // The input is saved (in C) only for the weight's gradient; without one (no_grad, the
-      // forward of a checkpointed segment, a frozen layer) it is rounded straight to the gemm type.
+      // The input is saved (as the GEMM takes it: saved_operand) only for the weight's gradient;
+      // without one (no_grad, the forward of a checkpointed segment, a frozen layer) it is not kept.
       const bool save_x = autograd::is_grad_enabled() && weight.requires_grad();
-      constexpr bool keep = detail::keeps_bf16<G, C>;
-      tensor<C, D> xc;  // [rows, in], saved
       tensor<G, D> xg;
-      if constexpr (keep) {
+      if constexpr (detail::keeps_bf16<G, C>)
         xg = detail::compute_values<C>(x).view({-1, in});  // the previous op's bf16 values as they are
-        if (save_x) xc = xg;
-      } else {
+      else
         xg = detail::gemm_values<G, C>(x).view({-1, in});
-        if (save_x) xc = cast<C>(xg);
-      }
+      const tensor<G, D> xc = save_x ? xg : tensor<G, D>();  // [rows, in], saved
       tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
       shape os(xs.begin(), xs.end() - 1);
       os.push_back(out_f);
@@ -385,7 +392,7 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
 }
 
 /// torch.matmul under policy P (1-D, 2-D and broadcast batched products). Mixed: operands and
-/// result rounded to C, fp32 accumulation, a and b saved in C. fp32: autograd::matmul.
+/// result rounded to C, fp32 accumulation, a and b saved as the GEMM took them. fp32: autograd::matmul.
 /// \tparam P a precision_policy
 template <precision_policy P, class T, class D>
 autograd::var<T, D> matmul(const autograd::var<T, D>& a, const autograd::var<T, D>& b) {
@@ -411,7 +418,7 @@ autograd::var<T, D> bmm(const autograd::var<T, D>& a, const autograd::var<T, D>&
 
 /// F.conv2d under policy P: x [N, C, H, W] (or [C, H, W]), weight [O, C/groups, kh, kw], bias [O]
 /// or undefined. Mixed: input, weight and bias rounded to the compute type, im2col + GEMM with
-/// fp32 accumulation, result rounded; x saved in the compute type, W as the GEMM took it. fp32:
+/// fp32 accumulation, result rounded; x and W saved as the GEMM took them. fp32:
 /// autograd::conv2d.
 /// \tparam P a precision_policy
 template <precision_policy P, class T, class D>
@@ -431,15 +438,11 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
                                       << trainkit::to_string(weight.sizes()) << " (expected ["
                                       << weight.size(0) << "])");
     return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G>) {
-      tensor<C, D> xc;  // dense, saved
-      tensor<G, D> xg;
-      if constexpr (std::is_same_v<G, C>) {
-        xc = detail::compute_values<C>(x).view(xs);
-        xg = xc;
-      } else {
+      tensor<G, D> xg;  // dense, saved as the convolution takes it (saved_operand)
+      if constexpr (std::is_same_v<G, C>)
+        xg = detail::compute_values<C>(x).view(xs);
+      else
         xg = detail::gemm_values<G, C>(x).view(xs);
-        xc = cast<C>(xg);
-      }
       const tensor<T, D> wv = weight.value().contiguous();
       const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
       const tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
@@ -447,7 +450,7 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
       if (yg.numel() > 0)
         backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
                                          bg.defined() ? bg.data() : nullptr, yg.data());
-      ops::conv2d<C, T, D, G> op{xc, wg, x.sizes(), geo, o.groups, bias.defined()};
+      ops::conv2d<C, T, D, G> op{xg, wg, x.sizes(), geo, o.groups, bias.defined()};
       return detail::record_result<T, C>(std::move(op), unbatched ? yg.squeeze(0) : yg, x, weight, bias);
     });
   }

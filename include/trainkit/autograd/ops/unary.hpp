@@ -162,27 +162,49 @@ var<T, D> relu(const var<T, D>& x) {
 }
 namespace ops {
 /// GELU on a device with a backend::gelu kernel (the CPU, float): forward and backward in its
-/// vector lanes; x saved dense.
+/// vector lanes; x saved dense. bf16: x holds bfloat16 values (rounded first where round_x: x's
+/// rounding was deferred, and the kernels round it in their passes), and the input's gradient is
+/// handed on as bfloat16 values, as torch's GELU of a bf16 tensor has a bf16 gradient.
 template <class T, class D>
 struct gelu_kernel {
   static constexpr std::string_view name = "gelu";
   tensor<T, D> x;
+  bool bf16 = false, round_x = false;
   std::array<tensor<T, D>, 1> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
     const tensor<T, D> g = grad.contiguous();
     auto dx = tensor<T, D>::empty(x.sizes());
-    backend::gelu<D>::backward(x.numel(), g.data(), x.data(), dx.data());
+    if (bf16)
+      backend::gelu<D>::backward_bf16(x.numel(), g.data(), x.data(), dx.data(), round_x);
+    else
+      backend::gelu<D>::backward(x.numel(), g.data(), x.data(), dx.data());
     return {dx};
+  }
+  std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>& needs) const {
+    grad_flow<T, D> out(backward(g.widened(), needs)[0]);
+    out.bf16_values = bf16;
+    return {out};
   }
 };
 }  // namespace ops
 
+/// GELU; of bfloat16 values (x.precision(): an autocast op's result) on the CPU, its results and
+/// its input's gradient are bfloat16 values too, rounded in the kernels' passes - as torch's GELU of
+/// a bf16 tensor returns bf16, and as the next GEMM would have rounded them; an input whose rounding
+/// was deferred (a GEMM result on the widened route) is rounded in those passes, not before them.
 template <class T, class D>
 var<T, D> gelu(const var<T, D>& x) {
   if constexpr (std::is_same_v<T, float> && std::is_same_v<D, cpu>) {
-    const tensor<T, D> xv = x.value().contiguous();
+    const bool bf16 = x.precision() == value_precision::bfloat16;
+    const bool round_x = bf16 && x.rounding_deferred() == value_precision::bfloat16;
+    const tensor<T, D> xv = (round_x ? x.value_unrounded() : x.value()).contiguous();
     auto y = tensor<T, D>::empty(xv.sizes());
-    backend::gelu<D>::forward(xv.numel(), xv.data(), y.data());
-    return record(ops::gelu_kernel<T, D>{xv}, std::move(y), x);
+    if (bf16)
+      backend::gelu<D>::forward_bf16(xv.numel(), xv.data(), y.data(), round_x);
+    else
+      backend::gelu<D>::forward(xv.numel(), xv.data(), y.data());
+    auto r = record(ops::gelu_kernel<T, D>{xv, bf16, round_x}, std::move(y), x);
+    if (bf16) r.set_precision(value_precision::bfloat16);
+    return r;
   }
   return record(ops::pointwise<T, D, ::trainkit::functors::gelu_backward, ops::gelu_name>{x.value()},
                 trainkit::gelu(x.value()), x);
