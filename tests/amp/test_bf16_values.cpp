@@ -439,3 +439,72 @@ TEST_CASE("GELU of bf16 values rounds its result and gradient in its own pass, w
     }
   }
 }
+
+TEST_CASE("on the widened route a sum rounds a deferred GEMM result in its own pass, with the same numbers",
+          "[amp][bf16]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: their results are held in bf16, nothing is deferred");
+  std::mt19937 rng(16);
+  const ftensor x0 = random_float({33, 40}, rng), target = random_float({33, 40}, rng);
+  generator gen(5);
+  nn::linear<> l1(40, 40, true, gen), l2(40, 40, true, gen);
+  // residual: x + l1(x) (one operand deferred, fp32 sum); both: l1(x) + l2(x) (both deferred: a
+  // bf16 sum, rounded). materialise: each GEMM result's value read before the sum (its own pass).
+  auto run = [&](bool both, bool materialise) {
+    for (auto* m : {&l1, &l2}) m->zero_grad();
+    fvar x(x0, true), out;
+    {
+      amp::autocast<amp::mixed_bf16> scope;
+      fvar a = both ? l2.forward(x) : x, b = l1.forward(x);
+      CHECK(b.rounding_deferred() == autograd::value_precision::bfloat16);
+      if (materialise) (void)a.value(), (void)b.value();
+      out = autograd::add(a, b);
+      CHECK(out.precision() == (both ? autograd::value_precision::bfloat16 : autograd::value_precision::full));
+    }
+    autograd::mse_loss(out, fvar(target)).backward();
+    std::vector<ftensor> r{out.value().clone(), x.grad().clone()};
+    for (auto* m : {&l1, &l2})
+      for (auto& p : m->parameters())
+        if (p.grad().defined()) r.push_back(p.grad().clone());
+    return r;
+  };
+  for (bool both : {false, true}) {
+    INFO("both deferred: " << both);
+    const auto a = run(both, false), b = run(both, true);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("tensor " << i);
+      REQUIRE(bit_equal(a[i], b[i]));
+    }
+  }
+}
+
+TEST_CASE("on the widened route an input read by three projections is rounded once, and again once changed",
+          "[amp][bf16]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: their inputs are converted to bf16, not rounded in fp32");
+  std::mt19937 rng(17);
+  generator gen(6);
+  nn::linear<> q(24, 16, true, gen), k(24, 16, true, gen), v(24, 16, true, gen);
+  fvar x(random_float({5, 24}, rng));
+  amp::autocast<amp::mixed_bf16> scope;
+  CHECK(x.rounded_copy(autograd::value_precision::bfloat16) == nullptr);
+  const fvar yq = q.forward(x);
+  const auto* kept = x.rounded_copy(autograd::value_precision::bfloat16);
+  REQUIRE(kept != nullptr);
+  const fvar& cx = x;  // reads through a const var (the mutable value() drops the kept copy)
+  REQUIRE(bit_equal(*kept, rounded(cx.value())));
+  const ftensor* first = kept;
+  (void)k.forward(x), (void)v.forward(x);
+  CHECK(x.rounded_copy(autograd::value_precision::bfloat16) == first);  // the same copy, not a new one
+  // Each projection gives what it gives on its own input.
+  fvar fresh(cx.value().clone());
+  REQUIRE(bit_equal(k.forward(fresh).value(), k.forward(x).value()));
+  // Values changed in place: the kept copy is dropped, the next read rounds the new values.
+  x.value().data()[0] += 1.0f;
+  CHECK(x.rounded_copy(autograd::value_precision::bfloat16) == nullptr);
+  const fvar again = q.forward(x);
+  kept = x.rounded_copy(autograd::value_precision::bfloat16);
+  REQUIRE(kept != nullptr);
+  REQUIRE(bit_equal(*kept, rounded(cx.value())));
+}

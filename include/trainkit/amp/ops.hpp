@@ -142,11 +142,20 @@ tensor<Compute, D> compute_values(const autograd::var<T, D>& x) {
 /// x's values as G elements rounded to Compute, dense: x's own tensor where they are Compute values
 /// already (tagged value_precision: a mixed op's result, and relu, pooling, batch norm and adds of
 /// such), else rounded in one pass.
+/// The rounded copy is kept on x for the next GEMM op that reads it (var::rounded_copy: the q, k
+/// and v projections of one input, which rounded it three times).
 template <class G, class Compute, class T, class D>
 tensor<G, D> gemm_values(const autograd::var<T, D>& x) {
-  if constexpr (std::is_same_v<G, T>)
-    if (x.precision() == autograd::precision_of<Compute> && !x.holds_bf16()) return x.value().contiguous();
-  return to_gemm<G, Compute>(x.value()).contiguous();
+  if constexpr (std::is_same_v<G, T>) {
+    constexpr autograd::value_precision p = autograd::precision_of<Compute>;
+    if (x.precision() == p && !x.holds_bf16()) return x.value().contiguous();
+    if (const auto* kept = x.rounded_copy(p)) return *kept;
+    tensor<G, D> r = to_gemm<G, Compute>(x.value()).contiguous();
+    x.keep_rounded(p, r);
+    return r;
+  } else {
+    return to_gemm<G, Compute>(x.value()).contiguous();
+  }
 }
 
 /// The incoming gradient as G elements rounded to Compute (a bf16 gradient as it is).

@@ -124,6 +124,10 @@ struct var_impl {
   value_precision precision = value_precision::full;
   /// Not full while `value` still waits to be rounded to this precision (var::defer_rounding).
   value_precision deferred = value_precision::full;
+  /// value rounded to rounded_precision, made by the first 16-bit GEMM op that read it and kept for
+  /// the next (var::rounded_copy); undefined when none is kept.
+  tensor<T, Device> rounded;
+  value_precision rounded_precision = value_precision::full;
   std::shared_ptr<node<T, Device>> grad_fn;
   std::weak_ptr<node<T, Device>> accumulator;
   bool requires_grad = false;

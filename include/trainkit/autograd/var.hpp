@@ -61,6 +61,7 @@ class var {
   tensor_type& value() {
     auto& i = impl();
     if (i.deferred != value_precision::full) round_deferred(i);
+    i.rounded = tensor_type();  // the values may change: a kept rounded copy would go stale
     if (i.value_bf16.defined()) {
       if (!i.value.defined()) i.value = cast<T>(i.value_bf16);
       i.value_bf16 = tensor<bfloat16, Device>();
@@ -105,6 +106,18 @@ class var {
   /// The values as held, before a deferred rounding: only for an op that rounds each value to
   /// rounding_deferred() as it reads it.
   const tensor_type& value_unrounded() const { return impl().value; }
+  /// The values rounded to p, where a 16-bit GEMM op that read this var kept that copy
+  /// (keep_rounded; nullptr otherwise): the q, k and v projections of one input round it once.
+  const tensor_type* rounded_copy(value_precision p) const {
+    const auto& i = impl();
+    return i.rounded.defined() && i.rounded_precision == p ? &i.rounded : nullptr;
+  }
+  /// Keeps t, the values rounded to p, for the next reader (rounded_copy).
+  void keep_rounded(value_precision p, tensor_type t) const {
+    auto& i = impl();
+    i.rounded = std::move(t);
+    i.rounded_precision = p;
+  }
   var& set_requires_grad(bool r) {
     TRAINKIT_CHECK(is_leaf(), usage_error, "set_requires_grad", "only leaves can change requires_grad");
     impl().requires_grad = r;

@@ -251,6 +251,16 @@ struct relu_keeping_bfloat16 {
     y = r > 0.0f ? r : 0.0f;
   }
 };
+/// out = round_out(round_a(a) + round_b(b)), each round_* to bfloat16 values where set: the sum of
+/// a residual connection that reads a GEMM result whose rounding was deferred (the CPU's widened
+/// bf16 route) rounds it on the way. The CPU runs it 8 at a time with AVX2 (cpu_convert).
+struct add_rounding_bfloat16 {
+  bool round_a = false, round_b = false, round_out = false;
+  TRAINKIT_HD void operator()(float& out, const float& a, const float& b) const {
+    const float x = round_a ? static_cast<float>(bfloat16(a)) : a, y = round_b ? static_cast<float>(bfloat16(b)) : b;
+    out = round_out ? static_cast<float>(bfloat16(x + y)) : x + y;
+  }
+};
 struct relu_backward {
   template <class A>
   TRAINKIT_HD A operator()(A g, A x) const {

@@ -15,6 +15,16 @@
 namespace trainkit::autograd {
 
 namespace ops {
+/// A gradient moved by a view's backward (full: g.full moved), keeping g's bf16_values tag: moving
+/// and zero-padding bf16 values leaves them bf16 values, so the GEMM that reads them next need not
+/// round them again (the CPU's widened bf16 route: the heads' gradients into the q/k/v projections).
+template <class T, class D>
+grad_flow<T, D> moved_flow(const grad_flow<T, D>& g, tensor<T, D> full) {
+  grad_flow<T, D> r(std::move(full));
+  r.bf16_values = g.bf16_values;
+  return r;
+}
+
 template <class T, class D>
 struct reshape {
   static constexpr std::string_view name = "reshape";
@@ -24,7 +34,7 @@ struct reshape {
   }
   std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>&) const {
     if (g.is_narrow()) return {grad_flow<T, D>::narrow(g.bf16.reshape(in))};
-    return {grad_flow<T, D>(g.full.reshape(in))};
+    return {moved_flow(g, g.full.reshape(in))};
   }
 };
 template <class T, class D>
@@ -36,7 +46,7 @@ struct permute {
   }
   std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>&) const {
     if (g.is_narrow()) return {grad_flow<T, D>::narrow(g.bf16.permute(inverse))};
-    return {grad_flow<T, D>(g.full.permute(inverse))};
+    return {moved_flow(g, g.full.permute(inverse))};
   }
 };
 template <class T, class D>
@@ -49,7 +59,7 @@ struct slice {
   }
   std::array<grad_flow<T, D>, 1> backward_flow(const grad_flow<T, D>& g, const std::vector<bool>&) const {
     if (g.is_narrow()) return {grad_flow<T, D>::narrow(widen(g.bf16))};
-    return {grad_flow<T, D>(widen(g.full))};
+    return {moved_flow(g, widen(g.full))};
   }
 
  private:

@@ -235,6 +235,26 @@ __attribute__((target("avx2"))) inline void round_keep_bf16_avx2(const float* x,
   }
   round_keep_bf16_sse2(x + i, out + i, keep + i, n - i);
 }
+/// 8 floats rounded to bfloat16 values (nearest even, NaN kept quiet), as floats.
+__attribute__((target("avx2"))) inline __m256 bf16_round_values_avx2(__m256 v) {
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  return _mm256_castsi256_ps(_mm256_and_si256(bf16_round_high_avx2(_mm256_castps_si256(v)), high));
+}
+/// out = O(A(a) + B(b)), where A, B and O round to bfloat16 values when their flag is set.
+template <bool RA, bool RB, bool RO>
+__attribute__((target("avx2"))) inline index_t add_rounding_bf16_avx2(const float* a, const float* b, float* out,
+                                                                       index_t n) {
+  index_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 va = _mm256_loadu_ps(a + i), vb = _mm256_loadu_ps(b + i);
+    if constexpr (RA) va = bf16_round_values_avx2(va);
+    if constexpr (RB) vb = bf16_round_values_avx2(vb);
+    __m256 r = _mm256_add_ps(va, vb);
+    if constexpr (RO) r = bf16_round_values_avx2(r);
+    _mm256_storeu_ps(out + i, r);
+  }
+  return i;
+}
 __attribute__((target("avx2"))) inline void affine_bf16_round_avx2(const std::uint16_t* v, float a, float b, float* y,
                                                                     index_t n) {
   index_t i = 0;
@@ -336,6 +356,31 @@ inline void round_keeping_bfloat16(const float* x, float* out, bfloat16* keep, i
   }
 #endif
 }
+/// out = round_out(round_a(a) + round_b(b)) over n elements, where round_* rounds to bfloat16 values
+/// (nearest even) when its flag is set: a sum that reads a GEMM result whose rounding was deferred
+/// rounds it on the way (8 at a time with AVX2).
+inline void add_rounding_bfloat16(const float* a, bool round_a, const float* b, bool round_b, float* out,
+                                  bool round_out, index_t n) {
+  index_t i = 0;
+#if TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
+  if (has_avx2()) {
+    const int k = (round_a ? 4 : 0) | (round_b ? 2 : 0) | (round_out ? 1 : 0);
+    switch (k) {
+      case 0: i = add_rounding_bf16_avx2<false, false, false>(a, b, out, n); break;
+      case 1: i = add_rounding_bf16_avx2<false, false, true>(a, b, out, n); break;
+      case 2: i = add_rounding_bf16_avx2<false, true, false>(a, b, out, n); break;
+      case 3: i = add_rounding_bf16_avx2<false, true, true>(a, b, out, n); break;
+      case 4: i = add_rounding_bf16_avx2<true, false, false>(a, b, out, n); break;
+      case 5: i = add_rounding_bf16_avx2<true, false, true>(a, b, out, n); break;
+      case 6: i = add_rounding_bf16_avx2<true, true, false>(a, b, out, n); break;
+      default: i = add_rounding_bf16_avx2<true, true, true>(a, b, out, n); break;
+    }
+  }
+#endif
+  auto r = [](bool on, float v) { return on ? static_cast<float>(bfloat16(v)) : v; };
+  for (; i < n; ++i) out[i] = r(round_out, r(round_a, a[i]) + r(round_b, b[i]));
+}
+
 /// y = v * a + b rounded to bfloat16 values, v bfloat16 (4 at a time where SSE2 is there).
 inline void affine_rounded_to_bfloat16(const bfloat16* v, float a, float b, float* y, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16
@@ -387,11 +432,17 @@ template <>
 inline constexpr bool has_bulk<trainkit::detail::assign_fn<functors::relu_backward, float, float, half>, float,
                                const float, const half> = true;
 
+template <>
+inline constexpr bool has_bulk<functors::add_rounding_bfloat16, float, float, float> = true;
+
 /// The three-operand bulk loops: relu with its half or bfloat16 copy, and its gradient from the
-/// half copy.
+/// half copy; a sum rounding its operands or result to bfloat16 values.
 template <class F, class A, class B, class C>
 void run_bulk(F& f, index_t n, A* a, B* b, C* c) {
-  if constexpr (std::is_same_v<F, functors::relu_keeping_bfloat16>) {
+  if constexpr (std::is_same_v<F, functors::add_rounding_bfloat16>) {
+    add_rounding_bfloat16(b, f.round_a, c, f.round_b, a, f.round_out, n);
+    return;
+  } else if constexpr (std::is_same_v<F, functors::relu_keeping_bfloat16>) {
 #if TRAINKIT_CPU_SSE2_BF16
 #if TRAINKIT_CPU_F16C_DISPATCH
     if (has_avx2()) return relu_keep_bf16_avx2(c, a, reinterpret_cast<std::uint16_t*>(b), n);

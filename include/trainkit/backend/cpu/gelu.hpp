@@ -22,12 +22,10 @@ namespace detail {
 /// v rounded to bfloat16 values (nearest even, NaN kept quiet) where Round, else v.
 template <bool Round>
 [[gnu::target("avx2,fma")]] inline __m256 gelu_round_avx2(__m256 v) {
-  if constexpr (Round) {
-    const __m256i high = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
-    return _mm256_castsi256_ps(_mm256_and_si256(cpu_convert::bf16_round_high_avx2(_mm256_castps_si256(v)), high));
-  } else {
+  if constexpr (Round)
+    return cpu_convert::bf16_round_values_avx2(v);
+  else
     return v;
-  }
 }
 
 /// y = gelu(x), 8 at a time; RoundX: of x rounded to bfloat16 values; RoundY: y rounded so.
