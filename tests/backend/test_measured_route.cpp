@@ -326,9 +326,12 @@ TEST_CASE("fp32 attention passes measured at their first call give the bits of t
   struct result {
     std::vector<float> out, lse, dq, dk, dv;
   };
+  auto empty_result = [&] {
+    const std::vector<float> z(std::size_t(n), 0.f);
+    return result{z, std::vector<float>(std::size_t(rows)), z, z, z};
+  };
   auto run = [&] {
-    result r{std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(rows)), std::vector<float>(std::size_t(n)),
-             std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(n))};
+    result r = empty_result();
     attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
                                       {r.out.data(), p.heads * p.tq * p.d, p.tq * p.d, p.d}, r.lse.data());
     attn::backward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {}, view(r.out.data()),
@@ -354,8 +357,7 @@ TEST_CASE("fp32 attention passes measured at their first call give the bits of t
   auto forced = [](const backend::route_choice& c) {
     return c.onednn ? backend::cpu_gemm_route::onednn : backend::cpu_gemm_route::openblas;
   };
-  result again{std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(rows)), std::vector<float>(std::size_t(n)),
-               std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(n))};
+  result again = empty_result();
   {
     measured_gemm_route r(forced(fwd));
     attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
@@ -373,8 +375,7 @@ TEST_CASE("fp32 attention passes measured at their first call give the bits of t
   CHECK(same(first.dv, again.dv));
 
   // The two routes agree to fp32 rounding (they sum in another order).
-  result other{std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(rows)), std::vector<float>(std::size_t(n)),
-               std::vector<float>(std::size_t(n)), std::vector<float>(std::size_t(n))};
+  result other = empty_result();
   {
     measured_gemm_route r(fwd.onednn ? backend::cpu_gemm_route::openblas : backend::cpu_gemm_route::onednn);
     attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
