@@ -257,8 +257,9 @@ struct relu_keeping_bfloat16 {
 struct add_rounding_bfloat16 {
   bool round_a = false, round_b = false, round_out = false;
   TRAINKIT_HD void operator()(float& out, const float& a, const float& b) const {
-    const float x = round_a ? static_cast<float>(bfloat16(a)) : a, y = round_b ? static_cast<float>(bfloat16(b)) : b;
-    out = round_out ? static_cast<float>(bfloat16(x + y)) : x + y;
+    constexpr round_to<bfloat16> r{};
+    const float x = round_a ? r(a) : a, y = round_b ? r(b) : b;
+    out = round_out ? r(x + y) : x + y;
   }
 };
 struct relu_backward {

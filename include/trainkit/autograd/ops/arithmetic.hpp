@@ -116,6 +116,7 @@ var<T, D> add(const var<T, D>& x, const var<T, D>& y, double alpha = 1.0) {
     return record_bf16(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
   }
   const value_precision p = x.precision() == y.precision() ? x.precision() : value_precision::full;
+  tensor<T, D> out;
   if constexpr (std::is_same_v<T, float>) {
     // A GEMM result whose rounding to bf16 was deferred (the CPU's widened route: a residual
     // branch's last linear) is rounded in the sum's pass, not in one of its own.
@@ -123,18 +124,17 @@ var<T, D> add(const var<T, D>& x, const var<T, D>& y, double alpha = 1.0) {
                ry = y.rounding_deferred() == value_precision::bfloat16;
     if ((rx || ry) && alpha == 1.0 && x.sizes() == y.sizes() && !x.holds_bf16() && !y.holds_bf16()) {
       const tensor<T, D>&xv = rx ? x.value_unrounded() : x.value(), &yv = ry ? y.value_unrounded() : y.value();
-      auto out = tensor<T, D>::empty(xv.sizes());
+      out = tensor<T, D>::empty(xv.sizes());
       backend::elementwise<D>::for_each(xv.sizes(), {out.strides(), xv.strides(), yv.strides()},
                                         ::trainkit::functors::add_rounding_bfloat16{rx, ry, p == value_precision::bfloat16},
                                         out.data(), xv.data(), yv.data());
-      auto r = record(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
-      r.set_precision(p);
-      return r;
     }
   }
-  auto out = alpha == 1.0 ? trainkit::add(x.value(), y.value())
-                          : map(::trainkit::functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
-  out = round_to_precision(std::move(out), p);
+  if (!out.defined()) {
+    out = alpha == 1.0 ? trainkit::add(x.value(), y.value())
+                       : map(::trainkit::functors::add_scaled<double>{alpha}, x.value(), y.value(), "add");
+    out = round_to_precision(std::move(out), p);
+  }
   auto r = record(ops::add<T, D>{x.sizes(), y.sizes(), alpha}, std::move(out), x, y);
   r.set_precision(p);
   return r;

@@ -75,7 +75,7 @@ namespace detail {
   __m512 acc = _mm512_set1_ps(m);
   index_t c = 0;
   for (; c + 16 <= n; c += 16)
-    acc = _mm512_maskz_max_ps(0xffff, _mm512_loadu_ps(s + c), acc);  // NaN: acc kept (maskz: exp_avx512)
+    acc = _mm512_maskz_max_ps(0xffff, _mm512_loadu_ps(s + c), acc);  // NaN: acc kept (all-lanes maskz: see exp_avx512)
   alignas(64) float lanes[16];
   _mm512_store_ps(lanes, acc);
   for (float x : lanes) m = std::max(m, x);
@@ -124,12 +124,16 @@ T attention_exp_shift_sum(T* s, index_t n, T m) {
 
 template <>
 struct attention<cpu> {
-  /// How a call's tiles run: the query and key tile sizes, whether the products that take K or V
-  /// transposed read copies of K^T and V^T (transposes()), and whether fp32 tiles run on oneDNN.
+  /// How a call's tiles run: the query and key tile sizes, and whether the tiles run on oneDNN.
   struct tile_plan {
     index_t block_q = 64, block_k = 64;
-    bool transposes = false;
     bool onednn = false;
+    /// Whether the products that take K or V transposed (the scores Q K^T, dP = dO V^T) read copies
+    /// of K^T and V^T instead: on OpenBLAS. It takes row-major A B^T as its column-major "tn"
+    /// product, whose small-matrix kernel it refuses for a 64 x 64 output, so each such tile went
+    /// through the packing path - 40 % of a T = 1024 forward + backward in sgemm_tn and its copies on
+    /// an AVX-512 Xeon. A head's copy costs one pass over T x d. oneDNN reads the layout as it is.
+    bool transposes() const { return !onednn; }
   };
 
   /// The plan for operands G: 64 x 64 on OpenBLAS (its small-matrix kernels, which skip the
@@ -140,7 +144,7 @@ struct attention<cpu> {
   template <class G, class A>
   static tile_plan plan(bool onednn_fp32) {
     const bool onednn = !std::is_same_v<G, A> || onednn_fp32;
-    return onednn ? tile_plan{128, 256, false, true} : tile_plan{64, 64, true, false};
+    return onednn ? tile_plan{128, 256, true} : tile_plan{64, 64, false};
   }
 
   /// R: the compute type to round P, dS and the outputs to (void: none); G: the operands' type
@@ -180,9 +184,9 @@ struct attention<cpu> {
                             attention_view<G> out, A* lse) {
     const index_t block_q = t.block_q, block_k = t.block_k;
     const index_t nq = (p.tq + block_q - 1) / block_q, items = p.batch * p.heads * nq;
-    // K^T of every head, [d x tk] each, where the scores take it (transposes()).
-    std::vector<G> kt(t.transposes ? std::size_t(p.batch * p.heads * p.d * p.tk) : 0);
-    if (t.transposes)
+    // K^T of every head, [d x tk] each, where the scores take it (tile_plan::transposes()).
+    std::vector<G> kt(t.transposes() ? std::size_t(p.batch * p.heads * p.d * p.tk) : 0);
+    if (t.transposes())
       run(p.batch * p.heads, double(p.tk) * double(p.d), [&](auto&& for_items) {
         for_items([&](index_t bh) { transpose(k.at(bh / p.heads, bh % p.heads), k.st, p.tk, p.d, kt.data() + bh * p.d * p.tk); });
       });
@@ -193,7 +197,7 @@ struct attention<cpu> {
         const index_t bh = item / nq, i0 = (item % nq) * block_q, bq = std::min(block_q, p.tq - i0);
         const index_t b = bh / p.heads, h = bh % p.heads;
         const G* qi = q.at(b, h) + i0 * q.st;
-        const key_tiles<G> keys = t.transposes ? key_tiles<G>{kt.data() + bh * p.d * p.tk, p.tk, true}
+        const key_tiles<G> keys = t.transposes() ? key_tiles<G>{kt.data() + bh * p.d * p.tk, p.tk, true}
                                                      : key_tiles<G>{k.at(b, h), k.st, false};
         const G* vb = v.at(b, h);
         std::fill(acc.begin(), acc.begin() + bq * p.dv, A(0));
@@ -245,8 +249,8 @@ struct attention<cpu> {
       std::vector<A> z, pz;  // with dropout: the tile's Z and P Z
       if (p.dropout_p > 0) z.resize(s.size()), pz.resize(s.size());
       std::vector<G> sg(converts<R, G, A>() ? s.size() : 0);  // P Z, then dS, as their products take them
-      // This head's K^T and V^T, [d x tk] and [dv x tk], where the products take them (transposes()).
-      std::vector<G> kt(t.transposes ? std::size_t(p.d * p.tk) : 0), vt(t.transposes ? std::size_t(p.dv * p.tk) : 0);
+      // This head's K^T and V^T, [d x tk] and [dv x tk], where the products take them (tile_plan::transposes()).
+      std::vector<G> kt(t.transposes() ? std::size_t(p.d * p.tk) : 0), vt(t.transposes() ? std::size_t(p.dv * p.tk) : 0);
       for_items([&](index_t bh) {
         const index_t b = bh / p.heads, h = bh % p.heads;
         const G* qb = q.at(b, h);
@@ -261,11 +265,11 @@ struct attention<cpu> {
         std::fill(dqb, dqb + p.tq * p.d, A(0));
         std::fill(dkb, dkb + p.tk * p.d, A(0));
         std::fill(dvb, dvb + p.tk * p.dv, A(0));
-        if (t.transposes) {
+        if (t.transposes()) {
           transpose(kb, k.st, p.tk, p.d, kt.data());
           transpose(vb, v.st, p.tk, p.dv, vt.data());
         }
-        const key_tiles<G> keys = t.transposes ? key_tiles<G>{kt.data(), p.tk, true} : key_tiles<G>{kb, k.st, false};
+        const key_tiles<G> keys = t.transposes() ? key_tiles<G>{kt.data(), p.tk, true} : key_tiles<G>{kb, k.st, false};
         for (index_t i = 0; i < p.tq; ++i) {  // rowsum(dO * O)
           A acc = 0;
           for (index_t c = 0; c < p.dv; ++c) acc += A(gb[i * dout.st + c]) * A(ob[i * out.st + c]);
@@ -297,7 +301,7 @@ struct attention<cpu> {
             // dV_j += (P Z)^T dO_i;  dP = dO_i V_j^T (then Z dP)
             tile_gemm(t.onednn, true, false, bk, p.dv, bq, 1.0, operand<R>(drop ? pz.data() : s.data(), sg.data(), bq * bk), bk,
                       gb + i0 * dout.st, dout.st, 1.0, dvb + j0 * p.dv, p.dv);
-            if (t.transposes)
+            if (t.transposes())
               tile_gemm(t.onednn, false, false, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vt.data() + j0, p.tk, 0.0, dp.data(),
                         bk);
             else

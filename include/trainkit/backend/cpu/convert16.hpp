@@ -356,16 +356,15 @@ inline void round_keeping_bfloat16(const float* x, float* out, bfloat16* keep, i
   }
 #endif
 }
-/// out = round_out(round_a(a) + round_b(b)) over n elements, where round_* rounds to bfloat16 values
-/// (nearest even) when its flag is set: a sum that reads a GEMM result whose rounding was deferred
-/// rounds it on the way (8 at a time with AVX2).
-inline void add_rounding_bfloat16(const float* a, bool round_a, const float* b, bool round_b, float* out,
-                                  bool round_out, index_t n) {
+/// functors::add_rounding_bfloat16 f over n elements: out = round_out(round_a(a) + round_b(b)),
+/// round_* to bfloat16 values (nearest even) where f says so - a sum that reads a GEMM result whose
+/// rounding was deferred rounds it on the way (8 at a time with AVX2).
+inline void add_rounding_bfloat16(const functors::add_rounding_bfloat16& f, const float* a, const float* b,
+                                  float* out, index_t n) {
   index_t i = 0;
 #if TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
   if (has_avx2()) {
-    const int k = (round_a ? 4 : 0) | (round_b ? 2 : 0) | (round_out ? 1 : 0);
-    switch (k) {
+    switch ((f.round_a ? 4 : 0) | (f.round_b ? 2 : 0) | (f.round_out ? 1 : 0)) {
       case 0: i = add_rounding_bf16_avx2<false, false, false>(a, b, out, n); break;
       case 1: i = add_rounding_bf16_avx2<false, false, true>(a, b, out, n); break;
       case 2: i = add_rounding_bf16_avx2<false, true, false>(a, b, out, n); break;
@@ -377,8 +376,7 @@ inline void add_rounding_bfloat16(const float* a, bool round_a, const float* b, 
     }
   }
 #endif
-  auto r = [](bool on, float v) { return on ? static_cast<float>(bfloat16(v)) : v; };
-  for (; i < n; ++i) out[i] = r(round_out, r(round_a, a[i]) + r(round_b, b[i]));
+  for (; i < n; ++i) f(out[i], a[i], b[i]);
 }
 
 /// y = v * a + b rounded to bfloat16 values, v bfloat16 (4 at a time where SSE2 is there).
@@ -440,7 +438,7 @@ inline constexpr bool has_bulk<functors::add_rounding_bfloat16, float, float, fl
 template <class F, class A, class B, class C>
 void run_bulk(F& f, index_t n, A* a, B* b, C* c) {
   if constexpr (std::is_same_v<F, functors::add_rounding_bfloat16>) {
-    add_rounding_bfloat16(b, f.round_a, c, f.round_b, a, f.round_out, n);
+    add_rounding_bfloat16(f, b, c, a, n);
     return;
   } else if constexpr (std::is_same_v<F, functors::relu_keeping_bfloat16>) {
 #if TRAINKIT_CPU_SSE2_BF16

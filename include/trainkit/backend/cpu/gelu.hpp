@@ -75,7 +75,13 @@ struct gelu<cpu> {
   }
 
  private:
-  static float round_if(bool round, float v) { return round ? static_cast<float>(bfloat16(v)) : v; }
+  template <bool Round>
+  static float round_if(float v) {
+    if constexpr (Round)
+      return functors::round_to<bfloat16>{}(v);
+    else
+      return v;
+  }
 
   template <bool RoundX, bool RoundY>
   static void forward_as(index_t n, const float* x, float* y) {
@@ -84,7 +90,7 @@ struct gelu<cpu> {
 #if TRAINKIT_CPU_VECTOR_MATH && TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
       if (detail::has_avx2_fma()) i += detail::gelu_forward_avx2<RoundX, RoundY>(e - b, x + b, y + b);
 #endif
-      for (; i < e; ++i) y[i] = round_if(RoundY, functors::gelu{}(round_if(RoundX, x[i])));
+      for (; i < e; ++i) y[i] = round_if<RoundY>(functors::gelu{}(round_if<RoundX>(x[i])));
     });
   }
   template <bool RoundX, bool RoundDx>
@@ -94,7 +100,7 @@ struct gelu<cpu> {
 #if TRAINKIT_CPU_VECTOR_MATH && TRAINKIT_CPU_SSE2_BF16 && TRAINKIT_CPU_F16C_DISPATCH
       if (detail::has_avx2_fma()) i += detail::gelu_backward_avx2<RoundX, RoundDx>(e - b, g + b, x + b, dx + b);
 #endif
-      for (; i < e; ++i) dx[i] = round_if(RoundDx, functors::gelu_backward{}(g[i], round_if(RoundX, x[i])));
+      for (; i < e; ++i) dx[i] = round_if<RoundDx>(functors::gelu_backward{}(g[i], round_if<RoundX>(x[i])));
     });
   }
 
