@@ -508,3 +508,81 @@ TEST_CASE("on the widened route an input read by three projections is rounded on
   REQUIRE(kept != nullptr);
   REQUIRE(bit_equal(*kept, rounded(cx.value())));
 }
+
+TEST_CASE("on the widened route the optimizer refreshes a weight's rounded copy in its pass, with the same numbers",
+          "[amp][bf16][optim]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: weights are converted to bf16, no fp32 copy is kept");
+  std::mt19937 rng(21);
+  const ftensor x0 = random_float({8, 30}, rng), target = random_float({8, 4}, rng);
+  // Three steps of SGD with momentum (or Adam) on linear -> relu -> linear, two ways: as it runs
+  // (the optimizer writes each weight's rounded copy as it updates it), and with every copy dropped
+  // before each forward (the mutable value() drops it: the forward rounds the weights itself).
+  auto train = [&](bool adam, bool drop) {
+    generator gen(4);
+    nn::linear<> l1(30, 12, true, gen), l2(12, 4, true, gen);
+    std::vector<fvar> params;
+    for (auto* m : {&l1, &l2})
+      for (auto& p : m->parameters()) params.push_back(p);
+    optim::sgd<> sgd(params, {.lr = 0.1, .momentum = 0.9});
+    optim::adamw<> adamw(params, {.lr = 0.01});
+    std::vector<ftensor> outs;
+    for (int step = 0; step < 3; ++step) {
+      for (auto& p : params) {
+        if (drop) (void)p.value();
+        // after the first step the weights keep a copy that is their values rounded
+        if (!drop && step > 0 && p.dim() == 2) {
+          const fvar& cp = p;
+          const auto* kept = cp.rounded_copy(autograd::value_precision::bfloat16);
+          REQUIRE(kept != nullptr);
+          REQUIRE(bit_equal(*kept, rounded(cp.value())));
+        }
+      }
+      adam ? adamw.zero_grad() : sgd.zero_grad();
+      fvar out;
+      {
+        amp::autocast<amp::mixed_bf16> scope;
+        out = l2.forward(autograd::relu(l1.forward(fvar(x0))));
+      }
+      autograd::mse_loss(out, fvar(target)).backward();
+      adam ? adamw.step() : sgd.step();
+      outs.push_back(out.value().clone());
+    }
+    for (auto& p : params) outs.push_back(static_cast<const fvar&>(p).value().clone());
+    return outs;
+  };
+  for (bool adam : {false, true}) {
+    INFO((adam ? "adamw" : "sgd"));
+    const auto a = train(adam, false), b = train(adam, true);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("tensor " << i);
+      REQUIRE(bit_equal(a[i], b[i]));
+    }
+  }
+}
+
+TEST_CASE("an optimizer step does not write into a weight copy that a live graph saved", "[amp][bf16][optim]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: weights are converted to bf16, no fp32 copy is kept");
+  std::mt19937 rng(22);
+  const ftensor x0 = random_float({4, 10}, rng);
+  generator gen(5);
+  nn::linear<> l(10, 6, false, gen);
+  fvar w = l.parameters()[0];
+  optim::sgd<> opt({w}, {.lr = 0.5});
+  fvar x(x0, true);
+  amp::autocast<amp::mixed_bf16> scope;
+  (void)l.forward(fvar(x0));  // the weight now keeps its rounded copy
+  const fvar y = l.forward(x);  // this graph saves the copy as its GEMM took it
+  const ftensor w_before = static_cast<const fvar&>(w).value().clone();
+  w.set_grad(ftensor::ones(w.sizes()));
+  opt.step();  // updates the weight (and writes a new copy, not the saved one)
+  const fvar& cw = w;
+  REQUIRE(cw.rounded_copy(autograd::value_precision::bfloat16) != nullptr);
+  REQUIRE(bit_equal(*cw.rounded_copy(autograd::value_precision::bfloat16), rounded(cw.value())));
+  autograd::sum(y).backward();
+  // x's gradient is the one of the weight the forward used: the old weight.
+  fvar x2(x0, true), w_old(w_before, true);
+  autograd::sum(amp::linear<amp::mixed_bf16>(x2, w_old)).backward();
+  REQUIRE(bit_equal(x.grad(), x2.grad()));
+}

@@ -130,13 +130,12 @@ class adam_family : public optimizer_base<T, Device> {
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       var_type& p = this->params_[i];
       if (!p.grad().defined()) continue;
-      tensor_type& value = p.value();
       param_state& st = state_.params[i];
       if (!st.exp_avg.defined()) {
-        st.exp_avg = tensor_type::zeros(value.sizes());
-        st.exp_avg_sq = tensor_type::zeros(value.sizes());
+        st.exp_avg = tensor_type::zeros(p.sizes());
+        st.exp_avg_sq = tensor_type::zeros(p.sizes());
       }
-      if (o.amsgrad && !st.max_exp_avg_sq.defined()) st.max_exp_avg_sq = tensor_type::zeros(value.sizes());
+      if (o.amsgrad && !st.max_exp_avg_sq.defined()) st.max_exp_avg_sq = tensor_type::zeros(p.sizes());
       ++st.step;
       // The scalars in double, as torch computes them in Python floats.
       const double t = static_cast<double>(st.step);
@@ -157,9 +156,9 @@ class adam_family : public optimizer_base<T, Device> {
                              Decoupled && decay,
                              o.maximize};
       if (o.amsgrad)
-        fused_update(f, value, p.grad(), st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq);
+        this->fused_step(p, f, st.exp_avg, st.exp_avg_sq, st.max_exp_avg_sq);
       else
-        fused_update(f, value, p.grad(), st.exp_avg, st.exp_avg_sq);
+        this->fused_step(p, f, st.exp_avg, st.exp_avg_sq);
     }
     ++state_.step;
   }

@@ -107,18 +107,16 @@ class sgd : public optimizer_base<T, Device> {
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       var_type& p = this->params_[i];
       if (!p.grad().defined()) continue;
-      tensor_type& value = p.value();
-      const tensor_type& grad = p.grad();
       if (o.momentum != 0.0) {
         tensor_type& buf = state_.params[i].momentum_buffer;
         const bool first = !buf.defined();
-        if (first) buf = tensor_type::empty(value.sizes());
-        detail::fused_update(
-            detail::sgd_momentum_update<T>{C(-o.lr), C(o.weight_decay), C(o.momentum), C(1.0 - o.dampening),
-                                           o.nesterov, o.maximize, first},
-            value, grad, buf);
+        if (first) buf = tensor_type::empty(p.sizes());
+        this->fused_step(p,
+                         detail::sgd_momentum_update<T>{C(-o.lr), C(o.weight_decay), C(o.momentum),
+                                                        C(1.0 - o.dampening), o.nesterov, o.maximize, first},
+                         buf);
       } else {
-        detail::fused_update(detail::sgd_update<T>{C(-o.lr), C(o.weight_decay), o.maximize}, value, grad);
+        this->fused_step(p, detail::sgd_update<T>{C(-o.lr), C(o.weight_decay), o.maximize});
       }
     }
     ++state_.step;

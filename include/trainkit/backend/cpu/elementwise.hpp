@@ -81,20 +81,39 @@ struct elementwise<cpu> {
         cpu_convert::run_bulk(f, n, (ptrs + off[I])...);
         return;
       }
-      // A local copy of the functor: its fields (an optimizer's rates, a scale) are floats that a
-      // float store through the operands could alias for all the compiler knows, so read through a
-      // reference they would be reloaded per element and the loop would stay scalar; a copy on this
-      // stack frame cannot be aliased, and the loop vectorises.
-      const F local = f;
-      std::tuple<P*...> base{(ptrs + off[I])...};
-#if TRAINKIT_HAS_OPENMP
-#pragma omp simd
+#if TRAINKIT_CPU_F16C_DISPATCH
+      if (cpu_convert::has_avx2()) return run_unit_avx2(f, n, (ptrs + off[I])...);
 #endif
-      for (index_t i = 0; i < n; ++i) local(std::get<I>(base)[i]...);
+      run_unit(f, n, (ptrs + off[I])...);
     } else {
       for (index_t i = 0; i < n; ++i) f(ptrs[off[I] + i * st[I]]...);
     }
   }
+
+  // A local copy of the functor: its fields (an optimizer's rates, a scale) are floats that a
+  // float store through the operands could alias for all the compiler knows, so read through a
+  // reference they would be reloaded per element and the loop would stay scalar; a copy on this
+  // stack frame cannot be aliased, and the loop vectorises.
+  template <class F, class... P>
+  static void run_unit(const F& f, index_t n, P*... p) {
+    const F local = f;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+    for (index_t i = 0; i < n; ++i) local(p[i]...);
+  }
+#if TRAINKIT_CPU_F16C_DISPATCH
+  // The same loop on 8 AVX2 lanes: the same operations (no FMA is enabled, so none is contracted),
+  // the same bits, half the instructions of the baseline's SSE2 lanes.
+  template <class F, class... P>
+  [[gnu::target("avx2")]] static void run_unit_avx2(const F& f, index_t n, P*... p) {
+    const F local = f;
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd
+#endif
+    for (index_t i = 0; i < n; ++i) local(p[i]...);
+  }
+#endif
 };
 
 }  // namespace trainkit::backend
