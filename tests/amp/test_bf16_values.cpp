@@ -98,6 +98,11 @@ TEST_CASE("the vector float -> bf16 roundings equal bf16(float) bit for bit", "[
   for (std::size_t i = 0; i < v.size(); ++i)
     bad += std::bit_cast<std::uint32_t>(r[i]) != std::bit_cast<std::uint32_t>(static_cast<float>(bf16(v[i])));
   REQUIRE(bad == 0);
+  // the scalar rule in 32-bit lanes (functors::round_to<bf16> on a float, inside fused loops)
+  for (std::size_t i = 0; i < v.size(); ++i)
+    bad += std::bit_cast<std::uint32_t>(trainkit::detail::round_to_bfloat16_value(v[i])) !=
+           std::bit_cast<std::uint32_t>(static_cast<float>(bf16(v[i])));
+  REQUIRE(bad == 0);
 }
 
 TEST_CASE("relu on bf16 bits agrees with relu on their floats for all 65536 patterns", "[amp][bf16]") {
@@ -585,4 +590,64 @@ TEST_CASE("an optimizer step does not write into a weight copy that a live graph
   fvar x2(x0, true), w_old(w_before, true);
   autograd::sum(amp::linear<amp::mixed_bf16>(x2, w_old)).backward();
   REQUIRE(bit_equal(x.grad(), x2.grad()));
+}
+
+TEST_CASE("on the widened route a weight's gradient rounds in the optimizer's pass, with the same numbers",
+          "[amp][bf16][optim]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: weight gradients come out of them in bf16");
+  std::mt19937 rng(23);
+  const ftensor x0 = random_float({8, 30}, rng), x1 = random_float({8, 30}, rng),
+                target = random_float({8, 4}, rng);
+  // Three steps, the second of two micro-batches (the gradients add up), a layer used twice per forward (its
+  // weight's gradients meet on the way to it), two ways: as it runs (the weight gradients reach the
+  // leaves unrounded and the optimizer rounds them as it reads them), and with a hook on every
+  // parameter (a hook sees the incoming gradient, so it is rounded before it).
+  auto train = [&](bool adam, bool hooked) {
+    generator gen(7);
+    nn::linear<> l0(30, 16, true, gen), lt(16, 16, true, gen), l2(16, 4, false, gen);
+    std::vector<fvar> params;
+    for (auto* m : {&l0, &lt, &l2})
+      for (auto& p : m->parameters()) params.push_back(p);
+    if (hooked)
+      for (auto& p : params) p.register_hook([](const ftensor&) { return ftensor(); });
+    optim::sgd<> sgd(params, {.lr = 0.1, .momentum = 0.9});
+    optim::adamw<> adamw(params, {.lr = 0.01});
+    std::vector<ftensor> outs;
+    for (int step = 0; step < 3; ++step) {
+      adam ? adamw.zero_grad() : sgd.zero_grad();
+      const std::vector<const ftensor*> batches = step == 1 ? std::vector<const ftensor*>{&x0, &x1}
+                                                             : std::vector<const ftensor*>{&x0};
+      for (const ftensor* x : batches) {
+        fvar out;
+        {
+          amp::autocast<amp::mixed_bf16> scope;
+          out = l2.forward(autograd::relu(lt.forward(autograd::relu(lt.forward(autograd::relu(l0.forward(fvar(*x))))))));
+        }
+        autograd::mse_loss(out, fvar(target)).backward();
+        outs.push_back(out.value().clone());
+      }
+      if (!hooked && step == 2) {
+        // The rounding waits; grad() does it, in place, once.
+        const fvar w = l0.parameters()[0];
+        CHECK(w.grad_rounding_deferred() == autograd::value_precision::bfloat16);
+        const ftensor unrounded = w.grad_unrounded().clone();
+        REQUIRE(bit_equal(w.grad(), rounded(unrounded)));
+        CHECK(w.grad_rounding_deferred() == autograd::value_precision::full);
+      }
+      adam ? adamw.step() : sgd.step();
+    }
+    for (auto& p : params) outs.push_back(static_cast<const fvar&>(p).value().clone());
+    for (auto& p : params) outs.push_back(p.grad().clone());
+    return outs;
+  };
+  for (bool adam : {false, true}) {
+    INFO((adam ? "adamw" : "sgd"));
+    const auto a = train(adam, false), b = train(adam, true);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("tensor " << i);
+      REQUIRE(bit_equal(a[i], b[i]));
+    }
+  }
 }

@@ -159,13 +159,13 @@ tensor<G, D> gemm_values(const autograd::var<T, D>& x) {
 }
 
 /// A weight's values as G elements rounded to Compute, dense, as the GEMM takes them. On the
-/// widened route (G = T) a leaf keeps the copy (gemm_values), and an optimizer's update refreshes
+/// widened bf16 route (G = T) a leaf keeps the copy (gemm_values), and an optimizer's update refreshes
 /// it in its own pass (optimizer_base::fused_step), so the next forward reads it without rounding
 /// every weight again - torch.autocast's weight cache, held across steps. The cost is memory: a
 /// T copy of each such weight.
 template <class G, class Compute, class T, class D>
 tensor<G, D> weight_values(const autograd::var<T, D>& w) {
-  if constexpr (std::is_same_v<G, T>)
+  if constexpr (std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16>)  // fp16: see fused_step
     if (w.is_leaf()) return gemm_values<G, Compute>(w);
   return to_gemm<G, Compute>(w.value().contiguous());
 }
@@ -216,13 +216,43 @@ std::vector<tensor<T, D>> gradients_from_gemm(R r, const std::vector<bool>& need
 
 /// What a mixed op's backward_flow hands on from its plain op's gradients r (run on G): bf16
 /// tensors (the first `activations`) where keeps_bf16, else T tensors rounded to bf16 and tagged so.
+/// defer_params (the widened route, the weights leaves): the gradients after the first `activations`
+/// are handed on unrounded, their rounding deferred (grad_flow::deferred) to the leaf's optimizer
+/// pass - a pass over every weight gradient fewer per step.
 template <class T, class Compute, class G, class D, class R>
 std::vector<autograd::grad_flow<T, D>> gradient_flows(R&& r, const std::vector<bool>& needs,
-                                                      std::size_t activations = 1) {
-  if constexpr (keeps_bf16<G, Compute>)
+                                                      std::size_t activations = 1, bool defer_params = false) {
+  if constexpr (keeps_bf16<G, Compute>) {
     return gradients_kept_bf16<T, D>(std::forward<R>(r), needs, activations);
-  else
+  } else {
+    if constexpr (std::is_same_v<G, T>) {
+      if (defer_params) {
+        std::vector<autograd::grad_flow<T, D>> out(needs.size());
+        for (std::size_t i = 0; i < needs.size() && i < r.size(); ++i) {
+          if (!needs[i] || !r[i].defined()) continue;
+          const bool param = i >= activations;
+          out[i] = autograd::grad_flow<T, D>(param ? std::move(r[i]) : from_gemm<T, Compute>(std::move(r[i])));
+          if (param)
+            out[i].deferred = autograd::precision_of<Compute>;
+          else
+            out[i].bf16_values = true;
+        }
+        return out;
+      }
+    }
     return flows_of_bf16_values<T, D>(gradients_from_gemm<T, Compute, G, D>(std::forward<R>(r), needs));
+  }
+}
+
+/// Whether a mixed op on G defers its weight's (and bias's) gradient rounding (gradient_flows'
+/// defer_params): on the widened bf16 route, when they are leaves (parameters; a computed weight's
+/// gradient goes on to ops that read it rounded).
+template <class G, class Compute, class T, class D>
+bool defers_param_rounding(const autograd::var<T, D>& w, const autograd::var<T, D>& b) {
+  if constexpr (widened_bf16<G, Compute, T, D>)
+    return w.is_leaf() && (!b.defined() || b.is_leaf());
+  else
+    return false;
 }
 
 }  // namespace detail
@@ -246,19 +276,20 @@ struct linear {
   tensor<G, D> wg;
   shape x_sizes;
   bool has_bias = false;
+  bool defer_params = false;  // detail::defers_param_rounding
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
     return detail::gradients_from_gemm<T, Compute, G, D>(plain(needs).backward(detail::to_gemm<G, Compute>(g), needs),
                                                          needs);
   }
   /// bf16: the gradient in and the input's gradient out stay bf16 (held so with a native GEMM,
-  /// tagged bf16 values on the widened route).
+  /// tagged bf16 values on the widened route, where the weight's rounding may be deferred).
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
                                                        const std::vector<bool>& needs) const
     requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
     return detail::gradient_flows<T, Compute, G, D>(
-        plain(needs).backward(detail::gradient_to_gemm<G, Compute>(g), needs), needs);
+        plain(needs).backward(detail::gradient_to_gemm<G, Compute>(g), needs), needs, 1, defer_params);
   }
 
  private:
@@ -301,6 +332,7 @@ struct conv2d {
   backend::conv2d_geometry g;
   index_t groups = 1;
   bool has_bias = false;
+  bool defer_params = false;  // detail::defers_param_rounding
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& grad, const std::vector<bool>& needs) const {
     return detail::gradients_from_gemm<T, Compute, G, D>(plain().backward(detail::to_gemm<G, Compute>(grad), needs),
@@ -312,7 +344,7 @@ struct conv2d {
     requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
     return detail::gradient_flows<T, Compute, G, D>(
-        plain().backward(detail::gradient_to_gemm<G, Compute>(grad), needs), needs);
+        plain().backward(detail::gradient_to_gemm<G, Compute>(grad), needs), needs, 1, defer_params);
   }
 
  private:
@@ -406,7 +438,7 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
       } else {
         mm_into(out, xg, wg.t(), 1.0, 0.0);
       }
-      ops::linear<C, T, D, G> op{xc, wg, x.sizes(), bias.defined()};
+      ops::linear<C, T, D, G> op{xc, wg, x.sizes(), bias.defined(), detail::defers_param_rounding<G, C>(weight, bias)};
       return detail::record_result<T, C>(std::move(op), out.view(os), x, weight, bias);
     });
   }
@@ -470,7 +502,8 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
       if (yg.numel() > 0)
         backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),
                                          bg.defined() ? bg.data() : nullptr, yg.data());
-      ops::conv2d<C, T, D, G> op{xg, wg, x.sizes(), geo, o.groups, bias.defined()};
+      ops::conv2d<C, T, D, G> op{xg, wg, x.sizes(), geo, o.groups, bias.defined(),
+                                 detail::defers_param_rounding<G, C>(weight, bias)};
       return detail::record_result<T, C>(std::move(op), unbatched ? yg.squeeze(0) : yg, x, weight, bias);
     });
   }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "trainkit/core/bfloat16.hpp"
+#include "trainkit/core/half.hpp"
 #include "trainkit/core/tensor.hpp"
 #include "trainkit/ops/elementwise.hpp"
 
@@ -37,6 +38,12 @@ struct grad_flow {
   /// full's values are bfloat16 values (its producer rounded them: the CPU's widened bf16 route),
   /// so a 16-bit op reading it need not round it again. Sums and plain nodes drop the tag.
   bool bf16_values = false;
+  /// Not full while full's values still wait to be rounded to this precision: a master weight's
+  /// gradient from a GEMM of the CPU's widened bf16 route, on its way to the leaf. The leaf's
+  /// accumulator keeps it so (var::grad_rounding_deferred) and an optimizer's update rounds it as it
+  /// reads it, sparing a pass over every weight gradient; every other reader gets it rounded
+  /// (widened()).
+  value_precision deferred = value_precision::full;
 
   grad_flow() = default;
   grad_flow(tensor<T, Device> f) : full(std::move(f)) {}  // NOLINT: an fp32 gradient
@@ -54,14 +61,21 @@ struct grad_flow {
   const shape& sizes() const { return full.defined() ? full.sizes() : bf16.sizes(); }
   /// The gradient as T (a widening copy when it is held in bfloat16).
   tensor<T, Device> widened() const& {
+    if (deferred != value_precision::full) return rounded_to_precision(full, deferred);
     if (full.defined() || !bf16.defined()) return full;
     return cast<T>(bf16);
   }
   /// The same, moving an fp32 gradient out: a node that consumes its gradient hands the tensor on
   /// as the only owner, so accumulate_grad can keep it as the leaf's grad without a copy.
   tensor<T, Device> widened() && {
+    if (deferred != value_precision::full) return rounded_to_precision(std::move(full), deferred);
     if (full.defined() || !bf16.defined()) return std::move(full);
     return cast<T>(bf16);
+  }
+
+  /// t rounded to p (bfloat16 or half): in place when t is the only holder of its storage.
+  static tensor<T, Device> rounded_to_precision(tensor<T, Device> t, value_precision p) {
+    return p == value_precision::bfloat16 ? rounded_to<bfloat16>(std::move(t)) : rounded_to<half>(std::move(t));
   }
 };
 
@@ -121,6 +135,8 @@ struct var_impl {
   /// The sizes of the values, however they are held.
   const shape& sizes() const { return value.defined() || !value_bf16.defined() ? value.sizes() : value_bf16.sizes(); }
   tensor<T, Device> grad;
+  /// Not full while `grad` still waits to be rounded to this precision (grad_flow::deferred).
+  value_precision grad_deferred = value_precision::full;
   value_precision precision = value_precision::full;
   /// Not full while `value` still waits to be rounded to this precision (var::defer_rounding).
   value_precision deferred = value_precision::full;
@@ -144,6 +160,20 @@ bool exclusively_owned(const tensor<T, D>& t) {
 }
 }  // namespace detail
 
+/// Rounds a leaf's gradient that waits for it (var_impl::grad_deferred), in place: whoever shares
+/// the tensor sees the values it stands for.
+template <class T, class D>
+void round_deferred_gradient(var_impl<T, D>& i) {
+  if (i.grad_deferred == value_precision::full) return;
+  if (i.grad.defined()) {
+    if (i.grad_deferred == value_precision::bfloat16)
+      ::trainkit::detail::launch(::trainkit::detail::assign_fn<functors::round_to<bfloat16>, T, T>{{}}, i.grad, i.grad);
+    else
+      ::trainkit::detail::launch(::trainkit::detail::assign_fn<functors::round_to<half>, T, T>{{}}, i.grad, i.grad);
+  }
+  i.grad_deferred = value_precision::full;
+}
+
 /// The sink of a leaf that requires grad: runs hooks, accumulates into grad, runs post hooks.
 template <class T, class Device>
 class accumulate_grad final : public node<T, Device> {
@@ -163,6 +193,28 @@ class accumulate_grad final : public node<T, Device> {
       add_(leaf_->grad, g);
     }
     for (auto& h : leaf_->post_hooks) h(leaf_->grad);
+    return {};
+  }
+  /// A gradient whose rounding is deferred (grad_flow::deferred) is kept so when it is the leaf's
+  /// first, and rounded in the sum's pass when it adds to one; with hooks on the incoming gradient it
+  /// is rounded first, and before the post hooks (DDP's) read the sum.
+  std::vector<grad_flow<T, Device>> apply_flow(grad_flow<T, Device> g) override {
+    auto& i = *leaf_;
+    if (g.deferred == value_precision::full || !i.hooks.empty() || !g.full.defined())
+      return node<T, Device>::apply_flow(std::move(g));
+    TRAINKIT_CHECK(g.full.sizes() == i.sizes(), shape_error, "accumulate_grad",
+                   "gradient of sizes " << to_string(g.full.sizes()) << " for a leaf of sizes " << to_string(i.sizes()));
+    if (!i.grad.defined()) {
+      i.grad = detail::exclusively_owned(g.full) ? std::move(g.full) : g.full.clone();
+      i.grad_deferred = g.deferred;
+    } else {
+      round_deferred_gradient(i);
+      add_(i.grad, std::move(g).widened());
+    }
+    if (!i.post_hooks.empty()) {
+      round_deferred_gradient(i);
+      for (auto& h : i.post_hooks) h(i.grad);
+    }
     return {};
   }
   std::string_view name() const override { return "accumulate_grad"; }

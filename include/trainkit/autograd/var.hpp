@@ -74,11 +74,32 @@ class var {
   /// Whether the values are held in bfloat16 (and only made T on demand).
   bool holds_bf16() const noexcept { return p_ && p_->value_bf16.defined(); }
 
-  const tensor_type& grad() const { return impl().grad; }
-  tensor_type& grad() { return impl().grad; }
-  void set_grad(tensor_type g) { impl().grad = std::move(g); }
+  /// The gradient (rounded in place first where its rounding was deferred: grad_rounding_deferred).
+  const tensor_type& grad() const {
+    round_deferred_gradient(impl());
+    return impl().grad;
+  }
+  tensor_type& grad() {
+    round_deferred_gradient(impl());
+    return impl().grad;
+  }
+  /// Whether a gradient is held (without rounding a deferred one).
+  bool has_grad() const { return impl().grad.defined(); }
+  void set_grad(tensor_type g) {
+    impl().grad = std::move(g);
+    impl().grad_deferred = value_precision::full;
+  }
   /// Drops the gradient (PyTorch's zero_grad(set_to_none=True)).
-  void zero_grad() { impl().grad = tensor_type(); }
+  void zero_grad() { set_grad(tensor_type()); }
+  /// The precision the gradient still waits to be rounded to (full when it is rounded or plain):
+  /// a master weight's gradient from a GEMM of the CPU's widened bf16 route, which an optimizer's
+  /// update rounds as it reads it (optimizer_base::fused_step) instead of in a pass of its own.
+  value_precision grad_rounding_deferred() const noexcept {
+    return p_ && p_->grad.defined() ? p_->grad_deferred : value_precision::full;
+  }
+  /// The gradient as held, before a deferred rounding: only for a reader that rounds each element
+  /// to grad_rounding_deferred() as it reads it.
+  const tensor_type& grad_unrounded() const { return impl().grad; }
 
   bool requires_grad() const { return impl().requires_grad; }
 

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "trainkit/config.hpp"
 #include "trainkit/core/bfloat16.hpp"
@@ -19,7 +20,10 @@ template <class Compute>
 struct round_to {
   template <class A>
   TRAINKIT_HD A operator()(A a) const {
-    return static_cast<A>(static_cast<float>(Compute(static_cast<float>(a))));
+    if constexpr (std::is_same_v<Compute, bfloat16> && std::is_same_v<A, float>)
+      return ::trainkit::detail::round_to_bfloat16_value(a);  // the same bits, in 32-bit lanes
+    else
+      return static_cast<A>(static_cast<float>(Compute(static_cast<float>(a))));
   }
 };
 struct identity {

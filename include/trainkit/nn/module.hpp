@@ -280,7 +280,7 @@ class module {
     for (auto& p : parameters()) {
       if (set_to_none) {
         p.zero_grad();
-      } else if (p.grad().defined()) {
+      } else if (p.has_grad()) {
         fill_(p.grad(), T(0));
       }
     }

@@ -129,7 +129,7 @@ class adam_family : public optimizer_base<T, Device> {
     const auto C = [](double v) { return static_cast<compute_t<T>>(v); };
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       var_type& p = this->params_[i];
-      if (!p.grad().defined()) continue;
+      if (!p.has_grad()) continue;
       param_state& st = state_.params[i];
       if (!st.exp_avg.defined()) {
         st.exp_avg = tensor_type::zeros(p.sizes());

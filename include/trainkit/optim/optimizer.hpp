@@ -18,7 +18,7 @@
 
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/core/bfloat16.hpp"
-#include "trainkit/core/half.hpp"
+#include "trainkit/backend/cpu/elementwise.hpp"  // for_each_rounding_second
 #include "trainkit/optim/fused.hpp"
 #include "trainkit/ops/elementwise.hpp"  // fill_
 #include "trainkit/core/error.hpp"
@@ -84,7 +84,7 @@ class optimizer_base {
     for (auto& p : params_) {
       if (set_to_none)
         p.zero_grad();
-      else if (p.grad().defined())
+      else if (p.has_grad())
         fill_(p.grad(), T(0));
     }
   }
@@ -108,25 +108,33 @@ class optimizer_base {
   optimizer_base& operator=(optimizer_base&&) noexcept = default;
 
   /// One fused pass of the update f over parameter p, its gradient and its buffers (f(p, g,
-  /// buf...)). Where p keeps a copy of its values rounded for the CPU's widened 16-bit GEMMs
-  /// (var::kept_rounding: bf16 without bf16 arithmetic, fp16 on a CPU), the same pass writes the
+  /// buf...)). Where p keeps a copy of its values rounded to bf16 for the CPU's widened GEMMs
+  /// (var::kept_rounding: bf16 without bf16 arithmetic), the same pass writes the
   /// new values rounded into it: rounding every weight again at the next forward was a read and a
-  /// write of it per step (5 % of a bf16 MLP step under the AVX2 limits). The copy is rewritten in
-  /// place unless a graph still holds it (a saved operand), then it is a new tensor.
+  /// write of it per step. The copy is rewritten in place unless a graph still holds it (a saved
+  /// operand), then it is a new tensor. A gradient whose bf16 rounding was deferred to the update
+  /// (var::grad_rounding_deferred: the widened route's weight gradients) is rounded as it is read,
+  /// block by block (elementwise<cpu>::for_each_rounding_second), and stays deferred.
   template <class F, class... B>
   void fused_step(var_type& p, const F& f, B&... bufs) {
-    if constexpr (std::is_same_v<Device, cpu>) {
-      const autograd::value_precision kept = p.kept_rounding();
-      if (kept != autograd::value_precision::full) {
-        tensor_type rounded = *p.rounded_copy(kept);
+    if constexpr (std::is_same_v<Device, cpu> && std::is_same_v<T, float>) {
+      // bf16 only: a half rounding per element is a software conversion in this loop, slower than
+      // the F16C pass the next forward makes (the mutable value() drops a half copy).
+      if (p.kept_rounding() == autograd::value_precision::bfloat16) {
+        tensor_type rounded = *p.rounded_copy(autograd::value_precision::bfloat16);
         tensor_type& value = p.value();  // drops the kept copy: the values change
         if (rounded.storage_ptr().use_count() > 1 || rounded.sizes() != value.sizes() || !rounded.is_contiguous())
           rounded = tensor_type::empty(value.sizes());
-        if (kept == autograd::value_precision::bfloat16)
-          detail::fused_update(detail::then_rounded<F, bfloat16>{f}, value, p.grad(), rounded, bufs...);
-        else
-          detail::fused_update(detail::then_rounded<F, half>{f}, value, p.grad(), rounded, bufs...);
-        p.keep_rounded(kept, std::move(rounded));
+        const detail::then_rounded<F, bfloat16> fr{f};
+        const tensor_type& g = p.grad_unrounded();
+        if (p.grad_rounding_deferred() == autograd::value_precision::bfloat16 && value.is_contiguous() &&
+            g.is_contiguous() && g.sizes() == value.sizes() &&
+            ((bufs.is_contiguous() && bufs.sizes() == value.sizes()) && ...))
+          backend::elementwise<cpu>::for_each_rounding_second(value.numel(), fr, value.data(), g.data(),
+                                                              rounded.data(), bufs.data()...);
+        else  // grad() rounds a deferred gradient
+          detail::fused_update(fr, value, p.grad(), rounded, bufs...);
+        p.keep_rounded(autograd::value_precision::bfloat16, std::move(rounded));
         return;
       }
     }

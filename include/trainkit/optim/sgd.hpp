@@ -106,7 +106,7 @@ class sgd : public optimizer_base<T, Device> {
     const auto C = [](double v) { return static_cast<compute_t<T>>(v); };
     for (std::size_t i = 0; i < this->params_.size(); ++i) {
       var_type& p = this->params_[i];
-      if (!p.grad().defined()) continue;
+      if (!p.has_grad()) continue;
       if (o.momentum != 0.0) {
         tensor_type& buf = state_.params[i].momentum_buffer;
         const bool first = !buf.defined();

@@ -1,6 +1,7 @@
 // trainkit/backend/cpu/elementwise.hpp - the strided loop on the host, parallel with OpenMP.
 #pragma once
 
+#include <algorithm>  // std::min
 #include <array>
 #include <cstddef>
 #include <tuple>
@@ -70,6 +71,34 @@ struct elementwise<cpu> {
 #pragma omp parallel for schedule(static)
 #endif
     for (index_t r = 0; r < rows; ++r) run_rows(r, r + 1);
+  }
+
+  /// f(first[i], g[i], rest[i]...) over n dense elements, where g is `second` rounded to bfloat16
+  /// values: each block of `second` is rounded onto the
+  /// stack (8 lanes with AVX2) and f's loop reads it there, still in L1. An optimizer's update of
+  /// a gradient whose rounding was deferred to it (var::grad_rounding_deferred): rounding it inside
+  /// f's loop kept that loop from vectorising (its flags' branches are unswitched only while the
+  /// loop is small).
+  template <class F, class... P>
+  static void for_each_rounding_second(index_t n, const F& f, float* first, const float* second, P*... rest) {
+    constexpr index_t block = 2048;
+    constexpr std::size_t N = 2 + sizeof...(P);
+    const index_t blocks = (n + block - 1) / block;
+    auto run = [&](index_t k) {
+      alignas(64) float r[block];
+      const index_t b = k * block, len = std::min(block, n - b);
+      cpu_convert::round_to_bfloat16_values(second + b, r, len);
+      run_inner(f, len, std::array<index_t, N>{}, std::array<index_t, N>{}, true, std::make_index_sequence<N>{},
+                first + b, static_cast<const float*>(r), (rest + b)...);
+    };
+    if (n < parallel_grain) {
+      for (index_t k = 0; k < blocks; ++k) run(k);
+      return;
+    }
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+    for (index_t k = 0; k < blocks; ++k) run(k);
   }
 
  private:
