@@ -196,8 +196,8 @@ class accumulate_grad final : public node<T, Device> {
     return {};
   }
   /// A gradient whose rounding is deferred (grad_flow::deferred) is kept so when it is the leaf's
-  /// first, and rounded in the sum's pass when it adds to one; with hooks on the incoming gradient it
-  /// is rounded first, and before the post hooks (DDP's) read the sum.
+  /// first; it is rounded (and the held one too) before it adds to one, before hooks on the
+  /// incoming gradient see it, and before the post hooks (DDP's) read the sum.
   std::vector<grad_flow<T, Device>> apply_flow(grad_flow<T, Device> g) override {
     auto& i = *leaf_;
     if (g.deferred == value_precision::full || !i.hooks.empty() || !g.full.defined())

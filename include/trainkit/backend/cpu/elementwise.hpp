@@ -4,7 +4,6 @@
 #include <algorithm>  // std::min
 #include <array>
 #include <cstddef>
-#include <tuple>
 #include <utility>
 
 #include "trainkit/backend/cpu/convert16.hpp"  // float <-> half runs on F16C
@@ -74,11 +73,10 @@ struct elementwise<cpu> {
   }
 
   /// f(first[i], g[i], rest[i]...) over n dense elements, where g is `second` rounded to bfloat16
-  /// values: each block of `second` is rounded onto the
-  /// stack (8 lanes with AVX2) and f's loop reads it there, still in L1. An optimizer's update of
-  /// a gradient whose rounding was deferred to it (var::grad_rounding_deferred): rounding it inside
-  /// f's loop kept that loop from vectorising (its flags' branches are unswitched only while the
-  /// loop is small).
+  /// values: each block of `second` is rounded onto the stack (8 lanes with AVX2) and f's loop
+  /// reads it there, still in L1. For an optimizer's update of a gradient whose rounding was
+  /// deferred to it (var::grad_rounding_deferred): rounding it inside f's loop kept that loop from
+  /// vectorising (GCC unswitches an update's flags only while the loop is small).
   template <class F, class... P>
   static void for_each_rounding_second(index_t n, const F& f, float* first, const float* second, P*... rest) {
     constexpr index_t block = 2048;
