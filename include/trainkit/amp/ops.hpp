@@ -158,18 +158,6 @@ tensor<G, D> gemm_values(const autograd::var<T, D>& x) {
   }
 }
 
-/// A weight's values as G elements rounded to Compute, dense, as the GEMM takes them. On the
-/// widened bf16 route (G = T) a leaf keeps the copy (gemm_values), and an optimizer's update refreshes
-/// it in its own pass (optimizer_base::fused_step), so the next forward reads it without rounding
-/// every weight again - torch.autocast's weight cache, held across steps. The cost is memory: a
-/// T copy of each such weight.
-template <class G, class Compute, class T, class D>
-tensor<G, D> weight_values(const autograd::var<T, D>& w) {
-  if constexpr (std::is_same_v<G, T> && std::is_same_v<Compute, bfloat16>)  // fp16: see fused_step
-    if (w.is_leaf()) return gemm_values<G, Compute>(w);
-  return to_gemm<G, Compute>(w.value().contiguous());
-}
-
 /// The incoming gradient as G elements rounded to Compute (a bf16 gradient as it is).
 template <class G, class Compute, class T, class D>
 tensor<G, D> gradient_to_gemm(const autograd::grad_flow<T, D>& g) {
@@ -427,7 +415,7 @@ autograd::var<T, D> linear(const autograd::var<T, D>& x, const autograd::var<T, 
       else
         xg = detail::gemm_values<G, C>(x).view({-1, in});
       const tensor<G, D> xc = save_x ? xg : tensor<G, D>();  // [rows, in], saved
-      const tensor<G, D> wg = detail::weight_values<G, C>(weight);  // saved for backward, as the GEMM takes it
+      const tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
       shape os(xs.begin(), xs.end() - 1);
       os.push_back(out_f);
       auto out = tensor<G, D>::empty({xg.size(0), out_f});
@@ -496,8 +484,9 @@ autograd::var<T, D> conv2d(const autograd::var<T, D>& x, const autograd::var<T, 
         xg = detail::compute_values<C>(x).view(xs);
       else
         xg = detail::gemm_values<G, C>(x).view(xs);
+      const tensor<T, D> wv = weight.value().contiguous();
       const tensor<G, D> bg = bias.defined() ? detail::to_gemm<G, C>(bias.value()) : tensor<G, D>();
-      const tensor<G, D> wg = detail::weight_values<G, C>(weight);  // saved for backward, as the GEMM takes it
+      const tensor<G, D> wg = detail::to_gemm<G, C>(wv);  // saved for backward, as the GEMM takes it
       auto yg = tensor<G, D>::empty({xg.size(0), wg.size(0), geo.out_h, geo.out_w});
       if (yg.numel() > 0)
         backend::convolution<D>::forward(geo, o.groups, xg.size(0), wg.size(0), xg.data(), wg.data(),

@@ -133,13 +133,7 @@ class var {
     const auto& i = impl();
     return i.rounded.defined() && i.rounded_precision == p ? &i.rounded : nullptr;
   }
-  /// The precision of the kept rounded copy (full when none is kept): an optimizer refreshes a
-  /// parameter's copy in its update pass (optimizer_base::fused_step).
-  value_precision kept_rounding() const noexcept {
-    return p_ && p_->rounded.defined() ? p_->rounded_precision : value_precision::full;
-  }
-  /// Keeps t, the values rounded to p, for the next reader (rounded_copy). The caller vouches that
-  /// t holds the current values rounded to p; the mutable value() drops it.
+  /// Keeps t, the values rounded to p, for the next reader (rounded_copy).
   void keep_rounded(value_precision p, tensor_type t) const {
     auto& i = impl();
     i.rounded = std::move(t);

@@ -10,8 +10,6 @@
 #include <utility>  // std::move
 
 #include "trainkit/backend/elementwise.hpp"
-#include "trainkit/config.hpp"  // TRAINKIT_HD
-#include "trainkit/core/functors.hpp"  // round_to
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/shape.hpp"
 #include "trainkit/core/tensor.hpp"
@@ -38,19 +36,5 @@ void fused_update(const F& f, tensor<T, D>& param, const tensor<T, D>& grad, B&.
   backend::elementwise<D>::for_each(param.sizes(), std::move(strides), f, param.data(), grad.data(),
                                     bufs.data()...);
 }
-
-/// An update f(p, g, buf...) followed, in the same pass, by r = p rounded to Compute (bfloat16 or
-/// half) and held in T: the copy of a parameter that the 16-bit GEMMs of the CPU's widened route
-/// read (var::rounded_copy), refreshed as the new value is written instead of in a pass of its own
-/// at the next forward.
-template <class F, class Compute>
-struct then_rounded {
-  F f;
-  template <class T, class... B>
-  TRAINKIT_HD void operator()(T& p, const T& g, T& r, B&... bufs) const {
-    f(p, g, bufs...);
-    r = functors::round_to<Compute>{}(p);
-  }
-};
 
 }  // namespace trainkit::optim::detail

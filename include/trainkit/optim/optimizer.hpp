@@ -17,9 +17,8 @@
 #include <vector>
 
 #include "trainkit/autograd/var.hpp"
-#include "trainkit/core/bfloat16.hpp"
 #include "trainkit/backend/cpu/elementwise.hpp"  // for_each_rounding_second
-#include "trainkit/optim/fused.hpp"
+#include "trainkit/optim/fused.hpp"  // fused_update
 #include "trainkit/ops/elementwise.hpp"  // fill_
 #include "trainkit/core/error.hpp"
 #include "trainkit/core/tensor.hpp"
@@ -108,37 +107,25 @@ class optimizer_base {
   optimizer_base& operator=(optimizer_base&&) noexcept = default;
 
   /// One fused pass of the update f over parameter p, its gradient and its buffers (f(p, g,
-  /// buf...)). Where p keeps a copy of its values rounded to bf16 for the CPU's widened GEMMs
-  /// (var::kept_rounding: bf16 without bf16 arithmetic), the same pass writes the
-  /// new values rounded into it: rounding every weight again at the next forward was a read and a
-  /// write of it per step. The copy is rewritten in place unless a graph still holds it (a saved
-  /// operand), then it is a new tensor. A gradient whose bf16 rounding was deferred to the update
-  /// (var::grad_rounding_deferred: the widened route's weight gradients) is rounded as it is read,
-  /// block by block (elementwise<cpu>::for_each_rounding_second), and stays deferred.
+  /// buf...)). A gradient whose bf16 rounding was deferred to the update (var::grad_rounding_deferred:
+  /// the weight gradients of the CPU's widened bf16 GEMMs) is rounded as the update reads it, block
+  /// by block (elementwise<cpu>::for_each_rounding_second) - a pass over every weight gradient fewer
+  /// per step - and stays deferred in the var (grad() rounds it for any other reader).
   template <class F, class... B>
   void fused_step(var_type& p, const F& f, B&... bufs) {
     if constexpr (std::is_same_v<Device, cpu> && std::is_same_v<T, float>) {
-      // bf16 only: a half rounding per element is a software conversion in this loop, slower than
-      // the F16C pass the next forward makes (the mutable value() drops a half copy).
-      if (p.kept_rounding() == autograd::value_precision::bfloat16) {
-        tensor_type rounded = *p.rounded_copy(autograd::value_precision::bfloat16);
-        tensor_type& value = p.value();  // drops the kept copy: the values change
-        if (rounded.storage_ptr().use_count() > 1 || rounded.sizes() != value.sizes() || !rounded.is_contiguous())
-          rounded = tensor_type::empty(value.sizes());
-        const detail::then_rounded<F, bfloat16> fr{f};
+      if (p.grad_rounding_deferred() == autograd::value_precision::bfloat16) {
+        tensor_type& value = p.value();
         const tensor_type& g = p.grad_unrounded();
-        if (p.grad_rounding_deferred() == autograd::value_precision::bfloat16 && value.is_contiguous() &&
-            g.is_contiguous() && g.sizes() == value.sizes() &&
-            ((bufs.is_contiguous() && bufs.sizes() == value.sizes()) && ...))
-          backend::elementwise<cpu>::for_each_rounding_second(value.numel(), fr, value.data(), g.data(),
-                                                              rounded.data(), bufs.data()...);
-        else  // grad() rounds a deferred gradient
-          detail::fused_update(fr, value, p.grad(), rounded, bufs...);
-        p.keep_rounded(autograd::value_precision::bfloat16, std::move(rounded));
-        return;
+        if (value.is_contiguous() && g.is_contiguous() && g.sizes() == value.sizes() &&
+            ((bufs.is_contiguous() && bufs.sizes() == value.sizes()) && ...)) {
+          backend::elementwise<cpu>::for_each_rounding_second(value.numel(), f, value.data(), g.data(),
+                                                              bufs.data()...);
+          return;
+        }
       }
     }
-    detail::fused_update(f, p.value(), p.grad(), bufs...);
+    detail::fused_update(f, p.value(), p.grad(), bufs...);  // grad() rounds a deferred gradient
   }
 
   /// Splits "<i>.<name>" into (i, name); value_error for anything else or i out of range.
