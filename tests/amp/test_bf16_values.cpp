@@ -573,3 +573,26 @@ TEST_CASE("on the widened route a weight's gradient rounds in the optimizer's pa
     }
   }
 }
+
+TEST_CASE("a deferred weight gradient is rounded before a plain one adds to it", "[amp][bf16][optim]") {
+  TRAINKIT_SKIP_UNLESS(!backend::blas<cpu>::bf16_native(),
+                       "bf16 GEMMs run natively here: weight gradients come out of them in bf16");
+  std::mt19937 rng(24);
+  const ftensor x0 = random_float({6, 12}, rng), x1 = random_float({6, 12}, rng);
+  // Two micro-batches: the first under bf16 autocast (its weight gradient reaches the leaf with its
+  // rounding deferred), the second in fp32 (a plain gradient); against a hook that rounds the first.
+  auto run = [&](bool hooked) {
+    generator gen(8);
+    nn::linear<> l(12, 5, true, gen);
+    fvar w = l.parameters()[0];
+    if (hooked) w.register_hook([](const ftensor&) { return ftensor(); });
+    {
+      amp::autocast<amp::mixed_bf16> scope;
+      autograd::sum(l.forward(fvar(x0))).backward();
+    }
+    if (!hooked) CHECK(w.grad_rounding_deferred() == autograd::value_precision::bfloat16);
+    autograd::sum(l.forward(fvar(x1))).backward();
+    return w.grad().clone();
+  };
+  REQUIRE(bit_equal(run(false), run(true)));
+}

@@ -27,6 +27,17 @@ struct var_impl;
 /// values.
 enum class value_precision : std::uint8_t { full, bfloat16, half };
 
+/// t with every value rounded to p's type (t itself for full); in place when t is handed over as
+/// the only holder of its storage (rounded_to).
+template <class T, class D>
+tensor<T, D> round_to_precision(tensor<T, D> t, value_precision p) {
+  switch (p) {
+    case value_precision::bfloat16: return rounded_to<bfloat16>(std::move(t));
+    case value_precision::half: return rounded_to<half>(std::move(t));
+    default: return t;
+  }
+}
+
 /// A gradient on its way between nodes: fp32 (full), or bfloat16 (bf16) when it is the gradient
 /// of a var whose values are held in bfloat16 (var::value_bf16) - torch.autocast's bf16
 /// activations have bf16 gradients, and the 16-bit ops read and write them without a cast.
@@ -61,21 +72,16 @@ struct grad_flow {
   const shape& sizes() const { return full.defined() ? full.sizes() : bf16.sizes(); }
   /// The gradient as T (a widening copy when it is held in bfloat16).
   tensor<T, Device> widened() const& {
-    if (deferred != value_precision::full) return rounded_to_precision(full, deferred);
+    if (deferred != value_precision::full) return round_to_precision(full, deferred);
     if (full.defined() || !bf16.defined()) return full;
     return cast<T>(bf16);
   }
   /// The same, moving an fp32 gradient out: a node that consumes its gradient hands the tensor on
   /// as the only owner, so accumulate_grad can keep it as the leaf's grad without a copy.
   tensor<T, Device> widened() && {
-    if (deferred != value_precision::full) return rounded_to_precision(std::move(full), deferred);
+    if (deferred != value_precision::full) return round_to_precision(std::move(full), deferred);
     if (full.defined() || !bf16.defined()) return std::move(full);
     return cast<T>(bf16);
-  }
-
-  /// t rounded to p (bfloat16 or half): in place when t is the only holder of its storage.
-  static tensor<T, Device> rounded_to_precision(tensor<T, Device> t, value_precision p) {
-    return p == value_precision::bfloat16 ? rounded_to<bfloat16>(std::move(t)) : rounded_to<half>(std::move(t));
   }
 };
 
@@ -160,17 +166,11 @@ bool exclusively_owned(const tensor<T, D>& t) {
 }
 }  // namespace detail
 
-/// Rounds a leaf's gradient that waits for it (var_impl::grad_deferred), in place: whoever shares
-/// the tensor sees the values it stands for.
+/// Rounds a leaf's gradient that waits for it (var_impl::grad_deferred), in place.
 template <class T, class D>
 void round_deferred_gradient(var_impl<T, D>& i) {
   if (i.grad_deferred == value_precision::full) return;
-  if (i.grad.defined()) {
-    if (i.grad_deferred == value_precision::bfloat16)
-      ::trainkit::detail::launch(::trainkit::detail::assign_fn<functors::round_to<bfloat16>, T, T>{{}}, i.grad, i.grad);
-    else
-      ::trainkit::detail::launch(::trainkit::detail::assign_fn<functors::round_to<half>, T, T>{{}}, i.grad, i.grad);
-  }
+  i.grad = round_to_precision(std::move(i.grad), i.grad_deferred);
   i.grad_deferred = value_precision::full;
 }
 
@@ -184,43 +184,41 @@ class accumulate_grad final : public node<T, Device> {
   std::vector<tensor_type> apply(tensor_type g) override {
     for (auto& h : leaf_->hooks)
       if (auto r = h(g); r.defined()) g = std::move(r);
-    TRAINKIT_CHECK(g.sizes() == leaf_->sizes(), shape_error, "accumulate_grad",
-                   "gradient of sizes " << to_string(g.sizes()) << " for a leaf of sizes "
-                                        << to_string(leaf_->sizes()));
-    if (!leaf_->grad.defined()) {
-      leaf_->grad = detail::exclusively_owned(g) ? std::move(g) : g.clone();
-    } else {
-      add_(leaf_->grad, g);
-    }
-    for (auto& h : leaf_->post_hooks) h(leaf_->grad);
+    accumulate(std::move(g), value_precision::full);
     return {};
   }
   /// A gradient whose rounding is deferred (grad_flow::deferred) is kept so when it is the leaf's
   /// first; it is rounded (and the held one too) before it adds to one, before hooks on the
   /// incoming gradient see it, and before the post hooks (DDP's) read the sum.
   std::vector<grad_flow<T, Device>> apply_flow(grad_flow<T, Device> g) override {
-    auto& i = *leaf_;
-    if (g.deferred == value_precision::full || !i.hooks.empty() || !g.full.defined())
+    if (g.deferred == value_precision::full || !leaf_->hooks.empty() || !g.full.defined())
       return node<T, Device>::apply_flow(std::move(g));
-    TRAINKIT_CHECK(g.full.sizes() == i.sizes(), shape_error, "accumulate_grad",
-                   "gradient of sizes " << to_string(g.full.sizes()) << " for a leaf of sizes " << to_string(i.sizes()));
-    if (!i.grad.defined()) {
-      i.grad = detail::exclusively_owned(g.full) ? std::move(g.full) : g.full.clone();
-      i.grad_deferred = g.deferred;
-    } else {
-      round_deferred_gradient(i);
-      add_(i.grad, std::move(g).widened());
-    }
-    if (!i.post_hooks.empty()) {
-      round_deferred_gradient(i);
-      for (auto& h : i.post_hooks) h(i.grad);
-    }
+    accumulate(std::move(g.full), g.deferred);
     return {};
   }
   std::string_view name() const override { return "accumulate_grad"; }
   const std::shared_ptr<var_impl<T, Device>>& leaf() const { return leaf_; }
 
  private:
+  /// grad = g, kept waiting for its rounding to `deferred` (full: none), or grad += g rounded (a held
+  /// gradient whose rounding waits is rounded first); then the post hooks, on a rounded sum.
+  void accumulate(tensor_type g, value_precision deferred) {
+    auto& i = *leaf_;
+    TRAINKIT_CHECK(g.sizes() == i.sizes(), shape_error, "accumulate_grad",
+                   "gradient of sizes " << to_string(g.sizes()) << " for a leaf of sizes " << to_string(i.sizes()));
+    if (!i.grad.defined()) {
+      i.grad = detail::exclusively_owned(g) ? std::move(g) : g.clone();
+      i.grad_deferred = deferred;
+    } else {
+      round_deferred_gradient(i);
+      add_(i.grad, round_to_precision(std::move(g), deferred));
+    }
+    if (!i.post_hooks.empty()) {
+      round_deferred_gradient(i);
+      for (auto& h : i.post_hooks) h(i.grad);
+    }
+  }
+
   std::shared_ptr<var_impl<T, Device>> leaf_;
 };
 

@@ -25,17 +25,6 @@ inline constexpr value_precision precision_of = std::is_same_v<C, bfloat16> ? va
                                                 : std::is_same_v<C, half>   ? value_precision::half
                                                                             : value_precision::full;
 
-/// t with every value rounded to p's type (t itself for full); in place when t is handed over as
-/// the only holder of its storage (rounded_to).
-template <class T, class D>
-tensor<T, D> round_to_precision(tensor<T, D> t, value_precision p) {
-  switch (p) {
-    case value_precision::bfloat16: return rounded_to<bfloat16>(std::move(t));
-    case value_precision::half: return rounded_to<half>(std::move(t));
-    default: return t;
-  }
-}
-
 /// A tensor saved for backward: the tensor itself (a reference, no copy), or its 16-bit copy.
 /// Implicitly made from a tensor, so ops that save a full tensor read as before.
 template <class T, class D>

@@ -207,8 +207,7 @@ class var {
 
  private:
   static void round_deferred(impl_type& i) {
-    i.value = i.deferred == value_precision::bfloat16 ? rounded_to<bfloat16>(std::move(i.value))
-                                                       : rounded_to<half>(std::move(i.value));
+    i.value = round_to_precision(std::move(i.value), i.deferred);
     i.deferred = value_precision::full;
   }
   impl_type& impl() const {

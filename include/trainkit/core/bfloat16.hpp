@@ -56,12 +56,11 @@ static_assert(sizeof(bfloat16) == 2 && std::is_trivially_copyable_v<bfloat16>);
 
 namespace detail {
 /// f rounded to the nearest bfloat16 value and kept a float: float(bfloat16(f)) bit for bit, in
-/// 32-bit lanes only (no 16-bit intermediate), so that a loop which rounds twice per element - an
-/// optimizer update reading a gradient and writing a weight copy rounded - still vectorises.
+/// 32-bit lanes only (no 16-bit intermediate): functors::round_to<bfloat16> on a float.
 TRAINKIT_HD constexpr float round_to_bfloat16_value(float f) noexcept {
   const std::uint32_t u = bit_cast<std::uint32_t>(f);
   const std::uint32_t nan = (u | 0x00400000u) & 0xffff0000u, rounded = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-  // The NaN select as a mask (all ones for a NaN): no branch for the vectoriser to if-convert.
+  // The NaN select as a mask (all ones for a NaN).
   const std::uint32_t is_nan = 0u - static_cast<std::uint32_t>((u & 0x7fffffffu) > 0x7f800000u);
   return bit_cast<float>((nan & is_nan) | (rounded & ~is_nan));
 }
