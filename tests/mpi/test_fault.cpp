@@ -9,7 +9,9 @@
 //                                 transport: rank 2 dies at iteration 10 while the others wait on
 //                                 another transport (as on NCCL, which cannot tell who is gone): after
 //                                 the timeout they ask mpi::liveness_probe(), which must name rank 2,
-//                                 and lowest_surviving_rank() must then be 0 (the snapshot writer).
+//                                 and lowest_surviving_rank() must then be 0 (the snapshot writer);
+//                                 the communicator is then broken and the process unhealthy (no
+//                                 MPI_Finalize with a dead peer).
 //                                 split: the allreduces run on a sub-communicator whose ranks are the
 //                                 world's reversed (world rank 2 is its rank 0); the survivors must
 //                                 still name world rank 2, and the world communicator's
@@ -75,6 +77,15 @@ int main(int argc, char** argv) {
                   "lowest surviving rank %d\n",
                   comm.rank(), it, waited, who.c_str(), comm.lowest_surviving_rank());
       std::fflush(stdout);
+      // A probe that found a dead rank leaves the communicator broken and the process unhealthy, so
+      // that neither ~mpi (MPI_Comm_free) nor ~environment (MPI_Finalize) waits for the dead peer:
+      // both survivors hung in MPI_Finalize under load before.
+      if (!comm.broken() || mpi::environment::healthy(std::chrono::milliseconds(0))) {
+        std::printf("rank %d: FAIL: the probe found rank %d silent, yet the communicator is %s and the process %s\n",
+                    comm.rank(), victim, comm.broken() ? "broken" : "not broken",
+                    mpi::environment::healthy(std::chrono::milliseconds(0)) ? "healthy" : "unhealthy");
+        return 1;
+      }
       return 0;
     }
     try {

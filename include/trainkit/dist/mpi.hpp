@@ -228,7 +228,19 @@ struct mpi_comm_state {
     std::lock_guard<std::mutex> lk(broken_mutex);
     if (!broken.exchange(true)) broken_reason = reason;
   }
+  // A probe that found silent ranks leaves this communicator broken and the process unhealthy, as a
+  // failed collective does: requests towards a dead peer (the probe's own freed sends) would make
+  // MPI_Comm_free or MPI_Finalize wait for it. This matters where the failure was seen on another
+  // transport (NCCL), so that no collective of this communicator failed.
   void record_probe(std::vector<int> silent, bool late) {
+    if (!silent.empty()) {
+      std::ostringstream os;
+      os << "rank(s)";
+      for (int r : silent) os << ' ' << r;
+      os << " did not answer the liveness probe";
+      mark_broken(os.str());
+      mpi_process::get().error_seen = true;
+    }
     std::lock_guard<std::mutex> lk(broken_mutex);
     if (failed_ranks.empty() && !was_late) {
       failed_ranks = std::move(silent);
