@@ -10,7 +10,8 @@ own fp32 step (issue goals: bf16 >= 1.5x trainkit's fp32 and <= 1.0x PyTorch's b
 <= 0.8x and MLP <= 0.9x PyTorch's; fp16 <= 1.2x trainkit's fp32 time).
     python3 benchmarks/compare_pytorch.py [--build build] [--threads 2] [--precision] [--rounds 3]
 --rounds N repeats the whole comparison N times (interleaved) and prints each ratio's median and
-range: the machines are noisy. Needs `pip install torch` and a build with benchmarks
+range: the machines are noisy. --emulate-avx2 makes an AVX-512 machine run an AVX2-only machine's
+kernels in every library on both sides (AVX2_ENVIRONMENT below). Needs `pip install torch` and a build with benchmarks
 (bench_train_step, bench_gemm). The first line names the CPU (model and flags).
 With --attention it times scaled_dot_product_attention forward + backward instead (bench_attention:
 fp32 and bf16, [4, 8, T, 64], T = 256 and 1024, causal and not) against
@@ -267,9 +268,24 @@ def cpu_line():
     return f"CPU: {model}; flags: {' '.join(flags)}" + (f"; limited by {limit}" if limit else "")
 
 
+# An AVX-512 machine made to run an AVX2-only machine's kernels, every library alike: trainkit's own
+# (TRAINKIT_MAX_CPU_ISA), oneDNN's, PyTorch's ATen, and the two BLAS that choose by themselves
+# (OpenBLAS's sgemm for trainkit, MKL's for PyTorch). Without the last two both sides keep their
+# AVX-512 GEMMs, and the figures are not an AVX2 machine's.
+AVX2_ENVIRONMENT = {"TRAINKIT_MAX_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2",
+                    "OPENBLAS_CORETYPE": "Haswell", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
 def main():
+    if "--emulate-avx2" in sys.argv:  # before torch is imported and before any benchmark starts
+        os.environ.update(AVX2_ENVIRONMENT)
     print(cpu_line())
+    blas = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS") if k in os.environ]
+    if blas:
+        print("BLAS kernels limited: " + " ".join(blas))
     ap = argparse.ArgumentParser()
+    ap.add_argument("--emulate-avx2", action="store_true",
+                    help="run every library's AVX2 kernels (trainkit, oneDNN, ATen, OpenBLAS, MKL) on an AVX-512 CPU")
     ap.add_argument("--build", default="build")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--precision", action="store_true", help="fp32/bf16/fp16 train_step rows against autocast")
@@ -278,6 +294,11 @@ def main():
     ap.add_argument("--gpt-steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
+    try:
+        import torch
+        print(f"PyTorch {torch.__version__}, ATen CPU capability {torch.backends.cpu.get_cpu_capability()}")
+    except (ImportError, AttributeError):
+        pass
     bench = os.path.join(a.build, "benchmarks")
     if a.gpt:
         rounds = [gpt_round(a.build, a.gpt_steps) for _ in range(a.rounds)]

@@ -119,6 +119,14 @@ TEST_CASE("a near tie is measured three rounds more", "[route]") {
   CHECK(tie.runs == 14);  // the warm-ups, then six rounds of both
 }
 
+TEST_CASE("the route file's machine names the core OpenBLAS chose its kernels for", "[route]") {
+  // OPENBLAS_CORETYPE=Haswell on an AVX-512 CPU gives OpenBLAS an AVX2 machine's sgemm: choices
+  // measured against its AVX-512 kernels must not be taken there (another file, another key).
+  const std::string m = route_table::machine();
+  CHECK(m.find(std::string("|OpenBLAS ") + openblas_get_corename()) != std::string::npos);
+  CHECK(m.find(backend::cpu_features::describe()) == 0);
+}
+
 TEST_CASE("a route oneDNN cannot run is never chosen", "[route]") {
   fresh_route_file file("routes-unsupported.tsv");
   int runs = 0;

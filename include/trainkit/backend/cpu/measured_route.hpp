@@ -17,8 +17,9 @@
 //   TRAINKIT_ROUTE_CACHE=<dir>    the directory of route files; default $XDG_CACHE_HOME/trainkit
 //                                 ($HOME/.cache/trainkit when XDG_CACHE_HOME is unset). The file is
 //                                 cpu-routes-<machine>.tsv, where <machine> hashes the CPU model,
-//                                 its usable flags, the ISA limit and the library versions (another
-//                                 CPU, or TRAINKIT_MAX_CPU_ISA, measures afresh)
+//                                 its usable flags, the ISA limit, the library versions and the core
+//                                 OpenBLAS runs its kernels for (another CPU, TRAINKIT_MAX_CPU_ISA or
+//                                 OPENBLAS_CORETYPE measures afresh)
 //   TRAINKIT_ROUTE_CACHE=off      measure in each process (choices may then differ between runs)
 //   TRAINKIT_ROUTE_LOG=1          print each choice, with both times, on stderr
 // Where the file cannot be written, one line on stderr says so and choices are measured per
@@ -26,6 +27,7 @@
 // measures nothing.
 #pragma once
 
+#include <cblas.h>    // openblas_get_corename
 #include <fcntl.h>     // open
 #include <sys/file.h>  // flock
 #include <unistd.h>    // read, write, close
@@ -121,6 +123,9 @@ class route_table {
     std::string m = cpu_features::describe();
     m += "|trainkit " + std::to_string(TRAINKIT_VERSION_MAJOR) + "." + std::to_string(TRAINKIT_VERSION_MINOR) + "." +
          std::to_string(TRAINKIT_VERSION_PATCH);
+    // OpenBLAS picks its kernels by itself (by the CPU, or OPENBLAS_CORETYPE): a choice measured
+    // against its AVX-512 sgemm does not hold for its Haswell one.
+    m += "|OpenBLAS " + std::string(openblas_get_corename());
 #if TRAINKIT_HAS_ONEDNN
     const dnnl_version_t* v = dnnl_version();
     m += "|oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) + " " +
