@@ -228,16 +228,19 @@ struct mpi_comm_state {
     std::lock_guard<std::mutex> lk(broken_mutex);
     if (!broken.exchange(true)) broken_reason = reason;
   }
-  // A probe that found silent ranks leaves this communicator broken and the process unhealthy, as a
-  // failed collective does: requests towards a dead peer (the probe's own freed sends) would make
-  // MPI_Comm_free or MPI_Finalize wait for it. This matters where the failure was seen on another
-  // transport (NCCL), so that no collective of this communicator failed.
-  void record_probe(std::vector<int> silent, bool late) {
-    if (!silent.empty()) {
+  // A probe asked for a failure seen on another transport (NCCL: `from_other_transport`) that found
+  // silent ranks leaves this communicator broken and the process unhealthy: no collective of this
+  // communicator failed or was abandoned, so nothing else would keep MPI_Comm_free and
+  // MPI_Finalize from waiting for the dead peer (both survivors hung in MPI_Finalize under load).
+  // After a timeout of this communicator's own collective, that collective marks it broken (with
+  // its own message) and its abandoned request decides about MPI_Finalize: a stalled peer that
+  // catches up completes it, and MPI_Finalize is safe again.
+  void record_probe(std::vector<int> silent, bool late, bool from_other_transport) {
+    if (!silent.empty() && from_other_transport) {
       std::ostringstream os;
       os << "rank(s)";
       for (int r : silent) os << ' ' << r;
-      os << " did not answer the liveness probe";
+      os << " did not answer the liveness probe after another transport timed out";
       mark_broken(os.str());
       mpi_process::get().error_seen = true;
     }
@@ -249,9 +252,9 @@ struct mpi_comm_state {
   }
   /// Probes (probe_silent_ranks), records the result for failed_ranks(), and says who is missing:
   /// "rank 2 (host h, pid p) did not answer within 500 ms - dead or stalled; this is rank 0 (...)".
-  std::string probe_and_describe(std::chrono::milliseconds window) {
+  std::string probe_and_describe(std::chrono::milliseconds window, bool from_other_transport) {
     if (world) {  // over the world, by world ranks; recorded here in this communicator's ranks
-      std::string text = world->probe_and_describe(window);
+      std::string text = world->probe_and_describe(window, from_other_transport);
       std::vector<int> silent_world;
       bool late = false;
       {
@@ -264,7 +267,7 @@ struct mpi_comm_state {
         if (std::find(silent_world.begin(), silent_world.end(), world_ranks[static_cast<std::size_t>(r)]) !=
             silent_world.end())
           silent.push_back(r);
-      record_probe(silent, late);
+      record_probe(silent, late, from_other_transport);
       return text;
     }
     std::lock_guard<std::mutex> once(probe_mutex);
@@ -281,7 +284,7 @@ struct mpi_comm_state {
       os << " did not answer within " << window.count() << " ms - dead or stalled";
     }
     os << "; this is " << who(rank);
-    record_probe(silent, silent.empty() && probe_all_waiting);
+    record_probe(silent, silent.empty() && probe_all_waiting, from_other_transport);
     probe_text = os.str();
     return probe_text;
   }
@@ -364,7 +367,7 @@ class mpi_work final : public work_state {
         // Who is missing: the survivors are all timing out about now; ask them.
         std::ostringstream os;
         os << "timed out after " << c_->timeout.count() << " ms waiting for " << mpi_call()
-           << " to complete: " << c_->probe_and_describe(probe_window(c_->timeout))
+           << " to complete: " << c_->probe_and_describe(probe_window(c_->timeout), false)
            << "; the communicator cannot be used any more";
         c_->mark_broken(os.str());
         abandon();
@@ -626,7 +629,7 @@ class mpi {
   /// same window; it returns who did not answer (probe_and_describe) and records them for
   /// failed_ranks() and lowest_surviving_rank(). Once per communicator; keeps its state alive.
   [[nodiscard]] std::function<std::string(std::chrono::milliseconds)> liveness_probe() const {
-    return [st = state_](std::chrono::milliseconds window) { return st->probe_and_describe(window); };
+    return [st = state_](std::chrono::milliseconds window) { return st->probe_and_describe(window, true); };
   }
   /// After a failure, the rank that writes the survivors' snapshot (each survivor computes the
   /// same from its probe): the lowest rank not found silent; -1 on a rank that was itself the
