@@ -10,6 +10,7 @@
 
 #include "mpi/mpi_catch_main.hpp"
 #include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -160,6 +161,29 @@ TEST_CASE("mpi: options, TRAINKIT_DIST_TIMEOUT_MS, bad arguments", "[dist][mpi]"
   CHECK_THROWS_AS(mpi_world().broadcast(&x, 1, mpi_world().size()), trainkit::usage_error);
   CHECK_THROWS_AS(mpi_world().broadcast(&x, 1, -1), trainkit::usage_error);
   mpi_world().barrier().wait();
+}
+
+extern "C" void test_sigpipe_handler(int) {}
+
+TEST_CASE("mpi: a write to a dead peer's socket does not end a survivor (SIGPIPE ignored)", "[dist][mpi]") {
+  // MPI is up (mpi_world): SIGPIPE, at its default action before, is now ignored, so raising it
+  // returns (under the default action the process would die here).
+  struct sigaction now {};
+  REQUIRE(::sigaction(SIGPIPE, nullptr, &now) == 0);
+  CHECK(now.sa_handler == SIG_IGN);
+  ::raise(SIGPIPE);
+  // A handler the program set itself is left alone, and the default action becomes "ignore".
+  struct sigaction mine {};
+  mine.sa_handler = test_sigpipe_handler;
+  ::sigemptyset(&mine.sa_mask);
+  REQUIRE(::sigaction(SIGPIPE, &mine, nullptr) == 0);
+  trainkit::dist::detail::ignore_sigpipe();
+  REQUIRE(::sigaction(SIGPIPE, nullptr, &now) == 0);
+  CHECK(now.sa_handler == test_sigpipe_handler);
+  ::signal(SIGPIPE, SIG_DFL);
+  trainkit::dist::detail::ignore_sigpipe();
+  REQUIRE(::sigaction(SIGPIPE, nullptr, &now) == 0);
+  CHECK(now.sa_handler == SIG_IGN);
 }
 
 TEST_CASE("mpi: a communicator of a split MPI_Comm", "[dist][mpi]") {

@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include <signal.h>  // sigaction: SIGPIPE
 #include <unistd.h>  // getpid
 
 #include "trainkit/core/error.hpp"
@@ -113,6 +114,22 @@ struct mpi_process {
   }
 };
 
+// Open MPI's TCP transport writes to its peers' sockets; a write to the socket of a peer that just
+// died raises SIGPIPE, whose default action ends this process too - a survivor killed before its
+// timeout can name the dead rank and write the snapshot (seen in launch_trainkit_run_hosts: rank 0
+// "killed by SIGPIPE" after rank 1's SIGKILL). Where SIGPIPE still has its default action, it is
+// ignored, so that the write fails with EPIPE instead; a handler or disposition the program set
+// itself is left alone.
+inline void ignore_sigpipe() {
+  struct sigaction now {};
+  if (::sigaction(SIGPIPE, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL) {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigemptyset(&ignore.sa_mask);
+    ::sigaction(SIGPIPE, &ignore, nullptr);
+  }
+}
+
 // MPI_Init_thread(MPI_THREAD_MULTIPLE) unless MPI is up already; returns true if this call initialised it.
 inline bool mpi_ensure_initialized(int* argc, char*** argv) {
   int initialized = 0;
@@ -138,6 +155,7 @@ inline bool mpi_ensure_initialized(int* argc, char*** argv) {
                                               << MPI_THREAD_MULTIPLE
                                               << "): initialise MPI with MPI_Init_thread");
   mpi_process::get().thread_level = provided;
+  ignore_sigpipe();
   return here;
 }
 
