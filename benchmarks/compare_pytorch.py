@@ -277,12 +277,6 @@ AVX2_ENVIRONMENT = {"TRAINKIT_MAX_CPU_ISA": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"
 
 
 def main():
-    if "--emulate-avx2" in sys.argv:  # before torch is imported and before any benchmark starts
-        os.environ.update(AVX2_ENVIRONMENT)
-    print(cpu_line())
-    blas = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS") if k in os.environ]
-    if blas:
-        print("BLAS kernels limited: " + " ".join(blas))
     ap = argparse.ArgumentParser()
     ap.add_argument("--emulate-avx2", action="store_true",
                     help="run every library's AVX2 kernels (trainkit, oneDNN, ATen, OpenBLAS, MKL) on an AVX-512 CPU")
@@ -294,6 +288,12 @@ def main():
     ap.add_argument("--gpt-steps", type=int, default=60)
     ap.add_argument("--rounds", type=int, default=1)
     a = ap.parse_args()
+    if a.emulate_avx2:  # before torch is imported and before any benchmark starts
+        os.environ.update(AVX2_ENVIRONMENT)
+    print(cpu_line())
+    blas = [f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "MKL_ENABLE_INSTRUCTIONS") if k in os.environ]
+    if blas:
+        print("BLAS kernels limited: " + " ".join(blas))
     try:
         import torch
         print(f"PyTorch {torch.__version__}, ATen CPU capability {torch.backends.cpu.get_cpu_capability()}")

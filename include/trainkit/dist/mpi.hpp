@@ -155,7 +155,8 @@ inline bool mpi_ensure_initialized(int* argc, char*** argv) {
                                               << MPI_THREAD_MULTIPLE
                                               << "): initialise MPI with MPI_Init_thread");
   mpi_process::get().thread_level = provided;
-  ignore_sigpipe();
+  static const bool sigpipe_checked = (ignore_sigpipe(), true);  // once per process, not per communicator
+  (void)sigpipe_checked;
   return here;
 }
 
