@@ -120,12 +120,14 @@ fi
 
 main_status=FAILED
 # -O2 without -DNDEBUG: asserts stay on in tests; no -g, which slows every compile and link. The
-# host pass of the .cu files at -O1 (their device code is optimised either way): here they are
-# compiled and linked, and they run where a GPU is - a GPU machine runs gpu-check's Release build.
+# host pass of the .cu files at -O0 (their device code is optimised either way): here they are
+# only compiled and linked - they run where a GPU is, from gpu-check's Release build, which shows
+# GCC's flow warnings (-Wmaybe-uninitialized) on their host code; the CPU build sees the
+# same headers at -O2. 150 s of compiler time less than -O1 (505 s against 654 s for the 14 files).
 if suite main "$repo_root/build-test" -- \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2" \
-    "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O1" \
+    "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=-O0" \
     -DTRAINKIT_WERROR=ON \
     -DTRAINKIT_SANITIZE=OFF "-DTRAINKIT_CUDA=$({ command -v nvcc || ls /usr/local/cuda/bin/nvcc; } >/dev/null 2>&1 && echo ON || echo OFF)" \
     -DTRAINKIT_BUILD_TESTS=ON \
