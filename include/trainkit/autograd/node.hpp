@@ -119,9 +119,6 @@ class node {
       n->next.clear();  // its destructor then has nothing to walk
     }
   }
-  node() = default;
-  node(const node&) = delete;
-  node& operator=(const node&) = delete;
   virtual std::vector<tensor_type> apply(tensor_type grad) = 0;
   /// apply() for a gradient that may be held in bfloat16; nodes whose op reads bf16 gradients
   /// (autograd/function.hpp) override it, the others see it widened.
