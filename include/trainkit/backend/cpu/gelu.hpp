@@ -44,12 +44,13 @@ template <bool RoundX = false, bool RoundY = false>
 template <bool RoundX = false, bool RoundDx = false>
 [[gnu::target("avx2,fma")]] inline index_t gelu_backward_avx2(index_t n, const float* g, const float* x, float* dx) {
   const __m256 half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f), rsqrt2 = _mm256_set1_ps(0.70710678118654752f);
-  const __m256 mhalf = _mm256_set1_ps(-0.5f), rsqrt2pi = _mm256_set1_ps(0.39894228040143267794f);
+  const __m256 rsqrt2pi = _mm256_set1_ps(0.39894228040143267794f);
   index_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = gelu_round_avx2<RoundX>(_mm256_loadu_ps(x + i));
-    const __m256 cdf = _mm256_mul_ps(half, _mm256_add_ps(one, erf_avx2(_mm256_mul_ps(v, rsqrt2))));
-    const __m256 pdf = _mm256_mul_ps(exp_avx2(_mm256_mul_ps(mhalf, _mm256_mul_ps(v, v))), rsqrt2pi);
+    __m256 e;  // exp(-(x / sqrt 2)^2) = exp(-x^2 / 2): the erf's own exp is the density's
+    const __m256 cdf = _mm256_mul_ps(half, _mm256_add_ps(one, erf_avx2(_mm256_mul_ps(v, rsqrt2), e)));
+    const __m256 pdf = _mm256_mul_ps(e, rsqrt2pi);
     _mm256_storeu_ps(dx + i, gelu_round_avx2<RoundDx>(_mm256_mul_ps(_mm256_loadu_ps(g + i), _mm256_fmadd_ps(v, pdf, cdf))));
   }
   return i;

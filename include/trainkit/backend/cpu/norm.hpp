@@ -220,12 +220,15 @@ struct norm<cpu> {
       save_rstd[r] = S(rstd);
       const C cm = C(mean), cr = C(rstd);
       T* q = y + r * cols;
-      for (index_t j = 0; j < cols; ++j) {
-        C v = (C(p[j]) - cm) * cr;
-        if (weight) v *= C(weight[j]);
-        if (bias) v += C(bias[j]);
-        q[j] = T(v);
-      }
+      // One loop per case, the tests outside: a test inside kept the loop from vectorising.
+      if (weight && bias)
+        for (index_t j = 0; j < cols; ++j) q[j] = T((C(p[j]) - cm) * cr * C(weight[j]) + C(bias[j]));
+      else if (weight)
+        for (index_t j = 0; j < cols; ++j) q[j] = T((C(p[j]) - cm) * cr * C(weight[j]));
+      else if (bias)
+        for (index_t j = 0; j < cols; ++j) q[j] = T((C(p[j]) - cm) * cr + C(bias[j]));
+      else
+        for (index_t j = 0; j < cols; ++j) q[j] = T((C(p[j]) - cm) * cr);
     });
   }
 
@@ -238,21 +241,34 @@ struct norm<cpu> {
         const T* gp = g + r * cols;
         const T* xp = x + r * cols;
         const double mean = double(save_mean[r]), rstd = double(save_rstd[r]);
-        double m1 = 0, m2 = 0;  // sums of dxhat and dxhat * xhat
-        for (index_t j = 0; j < cols; ++j) {
-          const double dh = double(gp[j]) * (weight ? double(weight[j]) : 1.0);
-          m1 += dh;
-          m2 += dh * (double(xp[j]) - mean) * rstd;
+        double m1 = 0, m2 = 0;  // sums of dxhat and dxhat * xhat (in double lanes)
+        if (weight) {
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : m1, m2)
+#endif
+          for (index_t j = 0; j < cols; ++j) {
+            const double dh = double(gp[j]) * double(weight[j]);
+            m1 += dh;
+            m2 += dh * (double(xp[j]) - mean) * rstd;
+          }
+        } else {
+#if TRAINKIT_HAS_OPENMP
+#pragma omp simd reduction(+ : m1, m2)
+#endif
+          for (index_t j = 0; j < cols; ++j) {
+            const double dh = double(gp[j]);
+            m1 += dh;
+            m2 += dh * (double(xp[j]) - mean) * rstd;
+          }
         }
         m1 /= double(cols);
         m2 /= double(cols);
         T* dp = dx + r * cols;
         const C cm = C(mean), cr = C(rstd), c1 = C(m1), c2 = C(m2);
-        for (index_t j = 0; j < cols; ++j) {
-          const C dh = C(gp[j]) * (weight ? C(weight[j]) : C(1));
-          const C xh = (C(xp[j]) - cm) * cr;
-          dp[j] = T(cr * (dh - c1 - xh * c2));
-        }
+        if (weight)
+          for (index_t j = 0; j < cols; ++j) dp[j] = T(cr * (C(gp[j]) * C(weight[j]) - c1 - (C(xp[j]) - cm) * cr * c2));
+        else
+          for (index_t j = 0; j < cols; ++j) dp[j] = T(cr * (C(gp[j]) - c1 - (C(xp[j]) - cm) * cr * c2));
       });
     }
     if (!dweight && !dbias) return;

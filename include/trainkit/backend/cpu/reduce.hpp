@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>  // std::min
+#include <type_traits>  // std::integral_constant
 #include <vector>
 
 #include "trainkit/backend/reduce.hpp"
@@ -106,9 +107,16 @@ struct reduce<cpu> {
         for (index_t j = 0; j < len; ++j) acc[j] = r.init();
         std::vector<index_t> idx(nr, 0);
         index_t off = ioff;
+        // A full tile's row has a trip count the vectoriser knows: the tile's accumulators stay in
+        // vector registers (a variable count kept them in memory, one scalar add at a time).
+        auto fold_row = [&](const In* row, index_t k, auto n) {
+          for (index_t j = 0; j < index_t(n); ++j) acc[j] = r.step(acc[j], static_cast<C>(row[j]), k);
+        };
         for (index_t k = 0; k < n_red; ++k) {
-          const In* row = in + off;
-          for (index_t j = 0; j < len; ++j) acc[j] = r.step(acc[j], static_cast<C>(row[j]), k);
+          if (len == tile)
+            fold_row(in + off, k, std::integral_constant<index_t, tile>{});
+          else
+            fold_row(in + off, k, len);
           for (std::size_t d = nr; d-- > 0;) {  // the odometer over the reduced dims
             off += rin[d];
             if (++idx[d] < rsz[d]) break;
