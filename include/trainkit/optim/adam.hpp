@@ -10,7 +10,10 @@
 #include <utility>  // std::move
 #include <vector>
 
+#include <type_traits>  // std::is_same_v
+
 #include "trainkit/autograd/grad_mode.hpp"  // no_grad
+#include "trainkit/backend/cpu/vector_math.hpp"  // TRAINKIT_CPU_VECTOR_MATH: AVX2 lanes of the update
 #include "trainkit/autograd/var.hpp"
 #include "trainkit/config.hpp"            // TRAINKIT_HD
 #include "trainkit/core/dtype.hpp"        // compute_t
@@ -95,6 +98,61 @@ struct adam_update {
     vmax = static_cast<T>(mx);
     finish(p, pv, m, static_cast<C>(vmax));
   }
+#if TRAINKIT_CPU_VECTOR_MATH
+  // Eight float elements at once on the host's AVX2 lanes (the elementwise loop takes these where
+  // they exist): the operations above, in their order and unfused, so the bits are the scalar
+  // ones. The compiler cannot vectorise the scalar form: std::sqrt may set errno, a call that
+  // stays in the loop unless the program is built with -fno-math-errno.
+  [[gnu::target("avx2")]] void lanes8(float* p, const float* g, float* m, float* v) const
+    requires std::is_same_v<T, float>
+  {
+    __m256 pv;
+    const __m256 vn = moments8(p, g, m, v, pv);
+    finish8(p, pv, m, vn);
+  }
+  [[gnu::target("avx2")]] void lanes8(float* p, const float* g, float* m, float* v, float* vmax) const
+    requires std::is_same_v<T, float>
+  {
+    __m256 pv;
+    const __m256 vn = moments8(p, g, m, v, pv);
+    const __m256 old = _mm256_loadu_ps(vmax);
+    // old > vn, or old is NaN: old; else vn
+    const __m256 keep = _mm256_or_ps(_mm256_cmp_ps(old, vn, _CMP_GT_OQ), _mm256_cmp_ps(old, old, _CMP_UNORD_Q));
+    const __m256 mx = _mm256_blendv_ps(vn, old, keep);
+    _mm256_storeu_ps(vmax, mx);
+    finish8(p, pv, m, mx);
+  }
+
+ private:
+  [[gnu::target("avx2")]] __m256 moments8(const float* p, const float* g, float* m, float* v, __m256& pv) const
+    requires std::is_same_v<T, float>
+  {
+    pv = _mm256_loadu_ps(p);
+    __m256 gv = _mm256_loadu_ps(g);
+    if (maximize) gv = _mm256_xor_ps(gv, _mm256_set1_ps(-0.0f));
+    if (decoupled)
+      pv = _mm256_mul_ps(pv, _mm256_set1_ps(decay));
+    else if (weight_decay != C(0))
+      gv = _mm256_add_ps(gv, _mm256_mul_ps(_mm256_set1_ps(weight_decay), pv));
+    const __m256 mv = _mm256_loadu_ps(m), w = _mm256_set1_ps(one_minus_beta1), d = _mm256_sub_ps(gv, mv);
+    const __m256 mn = (one_minus_beta1 < C(0.5) && one_minus_beta1 > C(-0.5))
+                          ? _mm256_add_ps(mv, _mm256_mul_ps(w, d))
+                          : _mm256_sub_ps(gv, _mm256_mul_ps(d, _mm256_set1_ps(C(1) - one_minus_beta1)));
+    _mm256_storeu_ps(m, mn);
+    const __m256 vn = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(v), _mm256_set1_ps(beta2)),
+                                    _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(one_minus_beta2), gv), gv));
+    _mm256_storeu_ps(v, vn);
+    return vn;
+  }
+  [[gnu::target("avx2")]] void finish8(float* p, __m256 pv, const float* m, __m256 vmax) const
+    requires std::is_same_v<T, float>
+  {
+    const __m256 denom =
+        _mm256_add_ps(_mm256_div_ps(_mm256_sqrt_ps(vmax), _mm256_set1_ps(bc2_sqrt)), _mm256_set1_ps(eps));
+    _mm256_storeu_ps(
+        p, _mm256_add_ps(pv, _mm256_mul_ps(_mm256_set1_ps(neg_step_size), _mm256_div_ps(_mm256_loadu_ps(m), denom))));
+  }
+#endif
 };
 
 /// The state and step shared by adam and adamw; Options is adam_options or adamw_options.

@@ -131,14 +131,22 @@ struct elementwise<cpu> {
   }
 #if TRAINKIT_CPU_F16C_DISPATCH
   // The same loop on 8 AVX2 lanes: the same operations (no FMA is enabled, so none is contracted),
-  // the same bits, half the instructions of the baseline's SSE2 lanes.
+  // the same bits, half the instructions of the baseline's SSE2 lanes. A functor the compiler
+  // cannot vectorise (a call in it: std::sqrt may set errno) brings its own lanes: f.lanes8(p...)
+  // does elements [0, 8) with the scalar operator's bits (optim::detail::adam_update).
   template <class F, class... P>
   [[gnu::target("avx2")]] static void run_unit_avx2(const F& f, index_t n, P*... p) {
     const F local = f;
+    if constexpr (requires { local.lanes8(p...); }) {
+      index_t i = 0;
+      for (; i + 8 <= n; i += 8) local.lanes8((p + i)...);
+      for (; i < n; ++i) local(p[i]...);
+    } else {
 #if TRAINKIT_HAS_OPENMP
 #pragma omp simd
 #endif
-    for (index_t i = 0; i < n; ++i) local(p[i]...);
+      for (index_t i = 0; i < n; ++i) local(p[i]...);
+    }
   }
 #endif
 };
