@@ -7,14 +7,13 @@
 #include <cstddef>  // std::size_t
 #include <cstdint>  // std::int64_t
 #include <string>
+#include <type_traits>  // std::is_same_v
 #include <utility>  // std::move
 #include <vector>
 
-#include <type_traits>  // std::is_same_v
-
 #include "trainkit/autograd/grad_mode.hpp"  // no_grad
-#include "trainkit/backend/cpu/vector_math.hpp"  // TRAINKIT_CPU_VECTOR_MATH: AVX2 lanes of the update
 #include "trainkit/autograd/var.hpp"
+#include "trainkit/backend/cpu/vector_math.hpp"  // TRAINKIT_CPU_VECTOR_MATH: AVX2 lanes of the update
 #include "trainkit/config.hpp"            // TRAINKIT_HD
 #include "trainkit/core/dtype.hpp"        // compute_t
 #include "trainkit/ops/elementwise.hpp"  // fill_
