@@ -36,15 +36,9 @@ namespace trainkit::backend::cpu_convert {
 #if TRAINKIT_CPU_F16C_DISPATCH
 /// This CPU has F16C and AVX, the OS saves the YMM registers, and the ISA limit allows AVX
 /// (cpu_features.hpp: clang's __builtin_cpu_supports knows no "f16c").
-inline bool has_f16c() noexcept {
-  static const bool yes = cpu_features::current().f16c;
-  return yes;
-}
+inline bool has_f16c() noexcept { return cpu_features::current().f16c; }
 /// This CPU has AVX2 and the ISA limit allows it (the 8-lane bf16 loops below).
-inline bool has_avx2() noexcept {
-  static const bool yes = cpu_features::current().avx2;
-  return yes;
-}
+inline bool has_avx2() noexcept { return cpu_features::current().avx2; }
 
 __attribute__((target("avx,f16c"))) inline void f32_to_f16_f16c(const float* in, std::uint16_t* out, index_t n) {
   index_t i = 0;

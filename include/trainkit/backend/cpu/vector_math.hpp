@@ -20,12 +20,8 @@
 namespace trainkit::backend::detail {
 
 #if TRAINKIT_CPU_VECTOR_MATH
-/// Whether the AVX2 + FMA lanes below may run on this CPU. Kept in a bool of its own: the kernels
-/// ask per row or per chunk, and current() is an out-of-line call (0.6 % of the GPT example's step).
-inline bool has_avx2_fma() noexcept {
-  static const bool yes = cpu_features::current().avx2 && cpu_features::current().fma;
-  return yes;
-}
+/// Whether the AVX2 + FMA lanes below may run on this CPU.
+inline bool has_avx2_fma() noexcept { return cpu_features::current().avx2 && cpu_features::current().fma; }
 
 [[gnu::target("avx2,fma")]] inline __m256 exp_avx2(__m256 x) {
   const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.37626f);
@@ -46,10 +42,7 @@ inline bool has_avx2_fma() noexcept {
 }
 
 /// Whether the AVX-512 lanes below may run (AVX-512 F, BW, VL, DQ; not under an ISA limit below it).
-inline bool has_avx512() noexcept {
-  static const bool yes = cpu_features::current().avx512;
-  return yes;
-}
+inline bool has_avx512() noexcept { return cpu_features::current().avx512; }
 
 // The all-lanes zero-masked forms (k = all) are the plain instructions: GCC 12's plain AVX-512
 // intrinsics pass an undefined vector that -W(maybe-)uninitialized reports once inlined (its bug
