@@ -4,6 +4,9 @@
 //   bm_sdpa/<T>/<causal>/<bf16>     forward, then backward of sum(out * g)
 //   counter GFLOP/s: 14 T^2 d operations per (batch, head), half of them causal (forward 4 T^2 d,
 //   backward 10 T^2 d with the recomputed scores)
+//   bm_mha/<bf16>     nn::multi_head_attention (batch_first, causal) forward + backward on the GPT
+//                     example's [32, 64, 128] input with 4 heads: the projections, the split into
+//                     heads and the merge back around the fused attention
 #include <benchmark/benchmark.h>
 
 #include "cpu_context.hpp"  // the CPU in the output
@@ -40,6 +43,30 @@ void bm_sdpa(benchmark::State& st) {
       benchmark::Counter::kIs1000);
 }
 BENCHMARK(bm_sdpa)->ArgsProduct({{256, 1024}, {0, 1}, {0, 1}})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void bm_mha(benchmark::State& st) {
+  const index_t n = 32, t = 64, e = 128, heads = 4;
+  tk::generator gen(5);
+  tk::nn::multi_head_attention<float, tk::cpu> mha(e, heads, 0.0, true, /*batch_first=*/true, gen);
+  const auto x = bench::random_input({n, t, e}, 11), g = bench::random_input({n, t, e}, 12);
+  typename tk::nn::multi_head_attention<float, tk::cpu>::masks_type m;
+  m.is_causal = true;
+  const bool bf16 = st.range(0) != 0;
+  for (auto _ : st) {
+    tk::var<float> vx(x, true);
+    tk::var<float> out;
+    if (bf16) {
+      tk::amp::autocast<tk::amp::mixed_bf16> scope;
+      out = mha(vx, vx, vx, m);
+    } else {
+      out = mha(vx, vx, vx, m);
+    }
+    out.backward(g);
+    benchmark::DoNotOptimize(vx.grad().data());
+    mha.zero_grad();
+  }
+}
+BENCHMARK(bm_mha)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 /// One causal forward + backward of [1, 8, T, 64] per T: the allocator's peak above the inputs
 /// (counter peak_MiB; the per-thread tiles, 2 x 16 KiB and T floats, come from std::vector).

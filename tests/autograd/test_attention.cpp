@@ -74,6 +74,49 @@ TEST_CASE("attention: fused equals matmul-softmax-matmul across tile edges", "[a
   }
 }
 
+TEST_CASE("attention: each input gradient comes in its input's layout: the heads of a projection merge back "
+          "without a copy",
+          "[attention]") {
+  std::mt19937 rng(2911);
+  const index_t b = 2, t = 70, heads = 3, hd = 8;
+  // Three projections [B, T, H hd], each split into heads [B, H, T, hd] (reshape, permute), as
+  // nn::multi_head_attention does; the same heads as leaves, dense and as such views.
+  std::vector<dvar> proj, heads_of, views, dense;
+  for (int i = 0; i < 3; ++i) {
+    const dtensor x = tk_test::random_tensor({b, t, heads * hd}, rng, -2, 2);
+    proj.emplace_back(x.clone(), true);
+    heads_of.push_back(permute(reshape(proj.back(), {b, t, heads, hd}), {0, 2, 1, 3}));
+    views.emplace_back(x.clone().reshape({b, t, heads, hd}).permute({0, 2, 1, 3}), true);
+    dense.emplace_back(views.back().value().contiguous(), true);
+  }
+  // What reaches each leaf (hooks see the incoming gradient before it is kept, densely).
+  std::vector<dtensor> seen(6);
+  for (std::size_t i = 0; i < 3; ++i) {
+    views[i].register_hook([&seen, i](const dtensor& g) { return seen[i] = g, dtensor(); });
+    dense[i].register_hook([&seen, i](const dtensor& g) { return seen[3 + i] = g, dtensor(); });
+  }
+  attention_options<double, cpu> o;
+  o.is_causal = true;
+  const dtensor g = tk_test::random_tensor({b, heads, t, hd}, rng, -1, 1);
+  scaled_dot_product_attention(heads_of[0], heads_of[1], heads_of[2], o).backward(g);
+  scaled_dot_product_attention(views[0], views[1], views[2], o).backward(g);
+  scaled_dot_product_attention(dense[0], dense[1], dense[2], o).backward(g);
+  const dvar uq(dense[0].value().clone(), true), uk(dense[1].value().clone(), true), uv(dense[2].value().clone(), true);
+  unfused_attention(uq, uk, uv, causal_mask(t, t), 1.0 / std::sqrt(double(hd))).backward(g);
+  const dvar* unfused[3] = {&uq, &uk, &uv};
+  for (std::size_t i = 0; i < 3; ++i) {
+    INFO("input " << i);
+    const dtensor& want = unfused[i]->grad();
+    TK_REQUIRE_CLOSE(seen[i], want, 1e-12);
+    TK_REQUIRE_CLOSE(seen[3 + i], want, 1e-12);
+    TK_REQUIRE_CLOSE(proj[i].grad(), want.permute({0, 2, 1, 3}).reshape({b, t, heads * hd}), 1e-12);
+    // A dense input, a dense gradient; heads inside tokens ([B, T, H, hd] memory), a gradient so
+    // laid out, whose merge back into [B, T, H hd] is a view.
+    CHECK(seen[3 + i].is_contiguous());
+    CHECK(seen[i].strides() == views[i].value().strides());
+  }
+}
+
 TEST_CASE("attention: is_causal hides later keys, top-left aligned as torch", "[attention]") {
   std::mt19937 rng(2902);
   attention_options<double, cpu> o;

@@ -331,6 +331,7 @@ TEST_CASE("fp32 attention passes measured at their first call give the bits of t
   const auto q = random_floats(std::size_t(n), 11), k = random_floats(std::size_t(n), 12),
              v = random_floats(std::size_t(n), 13), g = random_floats(std::size_t(n), 14);
   auto view = [&](const float* x) { return backend::attention_view<const float>{x, p.heads * p.tq * p.d, p.tq * p.d, p.d}; };
+  auto out_view = [&](float* x) { return backend::attention_view<float>{x, p.heads * p.tq * p.d, p.tq * p.d, p.d}; };
   struct result {
     std::vector<float> out, lse, dq, dk, dv;
   };
@@ -341,9 +342,10 @@ TEST_CASE("fp32 attention passes measured at their first call give the bits of t
   auto run = [&] {
     result r = empty_result();
     attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
-                                      {r.out.data(), p.heads * p.tq * p.d, p.tq * p.d, p.d}, r.lse.data());
+                                      out_view(r.out.data()), r.lse.data());
     attn::backward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {}, view(r.out.data()),
-                                       r.lse.data(), view(g.data()), r.dq.data(), r.dk.data(), r.dv.data());
+                                       r.lse.data(), view(g.data()), out_view(r.dq.data()), out_view(r.dk.data()),
+                                       out_view(r.dv.data()));
     return r;
   };
   const result first = run();
@@ -369,12 +371,13 @@ TEST_CASE("fp32 attention passes measured at their first call give the bits of t
   {
     measured_gemm_route r(forced(fwd));
     attn::forward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {},
-                                      {again.out.data(), p.heads * p.tq * p.d, p.tq * p.d, p.d}, again.lse.data());
+                                      out_view(again.out.data()), again.lse.data());
   }
   {
     measured_gemm_route r(forced(bwd));
     attn::backward<void, float, float>(p, view(q.data()), view(k.data()), view(v.data()), {}, view(again.out.data()),
-                                       again.lse.data(), view(g.data()), again.dq.data(), again.dk.data(), again.dv.data());
+                                       again.lse.data(), view(g.data()), out_view(again.dq.data()),
+                                       out_view(again.dk.data()), out_view(again.dv.data()));
   }
   CHECK(same(first.out, again.out));
   CHECK(same(first.lse, again.lse));

@@ -37,29 +37,48 @@ struct scaled_dot_product_attention {
   backend::attention_problem p;
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
-    return detail::gradients_from_gemm<T, Compute, G, D>(plain(detail::to_gemm<G, Compute>(g)), needs);
+    if constexpr (kernel_rounds)
+      return needed(plain(detail::to_gemm<G, Compute>(g)), needs);
+    else
+      return detail::gradients_from_gemm<T, Compute, G, D>(plain(detail::to_gemm<G, Compute>(g)), needs);
   }
   /// bf16: the gradient in and the three gradients out stay bf16 (held or tagged, as linear's).
   std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
                                                        const std::vector<bool>& needs) const
     requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
-    return detail::gradient_flows<T, Compute, G, D>(plain(detail::gradient_to_gemm<G, Compute>(g)), needs, 3);
+    if constexpr (kernel_rounds)
+      return detail::flows_of_bf16_values<T, D>(needed(plain(detail::gradient_to_gemm<G, Compute>(g)), needs));
+    else
+      return detail::gradient_flows<T, Compute, G, D>(plain(detail::gradient_to_gemm<G, Compute>(g)), needs, 3);
   }
 
  private:
-  /// dq, dk, dv summed in T; as G (rounded to bfloat16 when G is), else left for the caller's rounding.
+  /// Whether the kernel hands dq, dk and dv rounded to Compute already (G = T, on a backend that
+  /// rounds_gradients): nothing is left to round.
+  static constexpr bool kernel_rounds = std::is_same_v<G, T> && backend::attention<D>::rounds_gradients;
+
+  static std::vector<tensor<T, D>> needed(std::vector<tensor<T, D>> r, const std::vector<bool>& needs) {
+    for (std::size_t i = 0; i < r.size(); ++i)
+      if (i >= needs.size() || !needs[i]) r[i] = tensor<T, D>();
+    return r;
+  }
+
+  /// dq, dk, dv summed in T, each in its input's layout (attention_gradient); as G (rounded to bfloat16 when G
+  /// is), else rounded by the kernel (kernel_rounds) or left for the caller's rounding.
   std::vector<tensor<G, D>> plain(const tensor<G, D>& g) const {
-    auto dq = tensor<T, D>::empty(q.sizes()), dk = tensor<T, D>::empty(k.sizes()), dv = tensor<T, D>::empty(v.sizes());
-    using autograd::detail::attention_view_of;
+    using autograd::detail::attention_gradient, autograd::detail::attention_out_view, autograd::detail::attention_view_of;
+    auto dq = attention_gradient<T, D>(q), dk = attention_gradient<T, D>(k), dv = attention_gradient<T, D>(v);
     backend::attention<D>::template backward<Compute>(
         p, attention_view_of(q), attention_view_of(k), attention_view_of(v), autograd::detail::attention_mask_view(mask),
-        attention_view_of(out), lse.data(), attention_view_of(autograd::detail::attention_operand(g)), dq.data(),
-        dk.data(), dv.data());
-    if constexpr (std::is_same_v<G, T>)
+        attention_view_of(out), lse.data(), attention_view_of(autograd::detail::attention_operand(g)),
+        attention_out_view(dq), attention_out_view(dk), attention_out_view(dv));
+    if constexpr (std::is_same_v<G, T>) {
       return {std::move(dq), std::move(dk), std::move(dv)};
-    else
-      return {cast<G>(dq), cast<G>(dk), cast<G>(dv)};
+    } else {
+      using autograd::detail::attention_cast;
+      return {attention_cast<G>(dq), attention_cast<G>(dk), attention_cast<G>(dv)};
+    }
   }
 };
 }  // namespace ops

@@ -51,7 +51,12 @@ struct attention_view {
 ///                                                  log-sum-exp of each row's scaled, masked scores
 ///                                                  (+inf for a row that every key is masked from:
 ///                                                  its output is 0)
-///   backward<R>(problem, q, k, v, mask, out, lse, dout, dq, dk, dv)   dq, dk, dv dense A arrays
+///   backward<R>(problem, q, k, v, mask, out, lse, dout, dq, dk, dv)   dq, dk, dv views of A: any
+///                                                  whose features are contiguous where
+///                                                  strided_gradients, else dense; when G = A and R
+///                                                  is narrower than A, rounded to R where
+///                                                  rounds_gradients (else the caller rounds them)
+///   strided_gradients, rounds_gradients   constexpr bools (above)
 template <class Device>
 struct attention {
   static_assert(::trainkit::detail::dependent_false<Device>,

@@ -93,6 +93,34 @@ backend::attention_view<const T> attention_view_of(const tensor<T, D>& t) {
   return {t.data(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
+/// The kernels' writable view of an output or gradient from attention_output / attention_gradient.
+template <class T, class D>
+backend::attention_view<T> attention_out_view(tensor<T, D>& t) {
+  return {t.data(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+/// The gradient of an input tensor `like` ([B, H, T, features], features contiguous) in its layout
+/// where the device's backward writes any (backend::attention<D>::strided_gradients), as torch's
+/// fused CPU kernels do, else dense. The heads of a projection ([B, T, H, features] memory,
+/// permuted: nn::multi_head_attention's q, k and v) so get a gradient that merges back into the
+/// projection's [B, T, H features] without a copy (a copy of each of the three a layer, before).
+template <class T, class D, class U>
+tensor<T, D> attention_gradient(const tensor<U, D>& like) {
+  const shape& s = like.sizes();
+  if constexpr (backend::attention<D>::strided_gradients)
+    if (s[1] > 1 && s[2] > 1 && like.stride(1) < like.stride(2))  // heads inside tokens
+      return tensor<T, D>::empty({s[0], s[2], s[1], s[3]}).permute({0, 2, 1, 3});
+  return tensor<T, D>::empty(s);
+}
+
+/// cast<G>(t) in t's layout: dense, or an attention_gradient / attention_output whose
+/// [B, T, H, features] memory stays so.
+template <class G, class T, class D>
+tensor<G, D> attention_cast(const tensor<T, D>& t) {
+  if (t.is_contiguous()) return cast<G>(t);
+  return cast<G>(t.permute({0, 2, 1, 3})).permute({0, 2, 1, 3});
+}
+
 /// The output, [B, Tq, H, dv] in memory seen as [B, H, Tq, dv] (the layout of torch's fused CPU
 /// kernels): merging the heads after it (permute to [B, Tq, H, dv], reshape to [B, Tq, H dv]) is
 /// then a view, and the gradient of that merge comes back in this layout - no copy either way.
@@ -150,10 +178,7 @@ std::pair<tensor<G, D>, tensor<A, D>> attention_forward(const backend::attention
   auto lse = tensor<A, D>::empty({p.batch, p.heads, p.tq});
   if (out.numel() > 0)
     backend::attention<D>::template forward<R>(p, attention_view_of(q), attention_view_of(k), attention_view_of(v),
-                                               attention_mask_view(mask),
-                                               backend::attention_view<G>{out.data(), out.stride(0), out.stride(1),
-                                                                          out.stride(2)},
-                                               lse.data());
+                                               attention_mask_view(mask), attention_out_view(out), lse.data());
   return {std::move(out), std::move(lse)};
 }
 }  // namespace detail
@@ -166,11 +191,13 @@ struct scaled_dot_product_attention {
   backend::attention_problem p;
   std::array<tensor<T, D>, 3> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
     const tensor<T, D> g = detail::attention_operand(grad);
-    auto dq = tensor<T, D>::empty(q.sizes()), dk = tensor<T, D>::empty(k.sizes()), dv = tensor<T, D>::empty(v.sizes());
-    using detail::attention_view_of;
+    auto dq = detail::attention_gradient<T, D>(q), dk = detail::attention_gradient<T, D>(k),
+         dv = detail::attention_gradient<T, D>(v);
+    using detail::attention_out_view, detail::attention_view_of;
     backend::attention<D>::backward(p, attention_view_of(q), attention_view_of(k), attention_view_of(v),
                                     detail::attention_mask_view(mask), attention_view_of(out), lse.data(),
-                                    attention_view_of(g), dq.data(), dk.data(), dv.data());
+                                    attention_view_of(g), attention_out_view(dq), attention_out_view(dk),
+                                    attention_out_view(dv));
     return {dq, dk, dv};
   }
 };

@@ -124,6 +124,12 @@ T attention_exp_shift_sum(T* s, index_t n, T m) {
 
 template <>
 struct attention<cpu> {
+  /// dq, dk and dv in any layout whose features are contiguous (autograd gives them their input's).
+  static constexpr bool strided_gradients = true;
+  /// With R narrower than A and G = A, each head's dq, dk and dv are rounded to R as its backward
+  /// ends, while they are in cache (on the CPU's widened bf16 route this was three passes of their own).
+  static constexpr bool rounds_gradients = true;
+
   /// How a call's tiles run: the query and key tile sizes, and whether the tiles run on oneDNN.
   struct tile_plan {
     index_t block_q = 64, block_k = 64;
@@ -166,13 +172,16 @@ struct attention<cpu> {
   template <class R = void, class G, class A>
   static void backward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
                        attention_view<const G> v, const attention_mask<A>& mask, attention_view<const G> out,
-                       const A* lse, attention_view<const G> dout, A* dq, A* dk, A* dv) {
+                       const A* lse, attention_view<const G> dout, attention_view<A> dq, attention_view<A> dk,
+                       attention_view<A> dv) {
     check_types<R, G, A>();
-    std::vector<A> g;  // a trial's dq, dk and dv
+    std::vector<A> g;  // a trial's dq, dk and dv, dense
     const bool onednn = fp32_on_onednn<R, G, A>("backward", p, q, k, v, mask, [&](const tile_plan& t, const attention_problem& trial) {
       const index_t nq = p.batch * p.heads * p.tq * p.d, nk = p.batch * p.heads * p.tk * p.d;
       if (g.empty()) g.resize(std::size_t(nq + nk + p.batch * p.heads * p.tk * p.dv));
-      backward_tiles<R>(t, trial, q, k, v, mask, out, lse, dout, g.data(), g.data() + nq, g.data() + nq + nk);
+      auto dense = [&](A* at, index_t t, index_t f) { return attention_view<A>{at, p.heads * t * f, t * f, f}; };
+      backward_tiles<R>(t, trial, q, k, v, mask, out, lse, dout, dense(g.data(), p.tq, p.d),
+                        dense(g.data() + nq, p.tk, p.d), dense(g.data() + nq + nk, p.tk, p.dv));
     });
     backward_tiles<R>(plan<G, A>(onednn), p, q, k, v, mask, out, lse, dout, dq, dk, dv);
   }
@@ -240,8 +249,8 @@ struct attention<cpu> {
   template <class R, class G, class A>
   static void backward_tiles(const tile_plan& t, const attention_problem& p, attention_view<const G> q,
                              attention_view<const G> k, attention_view<const G> v, const attention_mask<A>& mask,
-                             attention_view<const G> out, const A* lse, attention_view<const G> dout, A* dq, A* dk,
-                             A* dv) {
+                             attention_view<const G> out, const A* lse, attention_view<const G> dout,
+                             attention_view<A> dq, attention_view<A> dk, attention_view<A> dv) {
     const index_t block_q = t.block_q, block_k = t.block_k;
     const index_t items = p.batch * p.heads;
     run(items, double(p.tq) * double(p.tk) * double(2 * p.d + 2 * p.dv), [&](auto&& for_items) {
@@ -259,12 +268,17 @@ struct attention<cpu> {
         const G* ob = out.at(b, h);
         const G* gb = dout.at(b, h);
         const A* lb = lse + bh * p.tq;
-        A* dqb = dq + bh * p.tq * p.d;
-        A* dkb = dk + bh * p.tk * p.d;
-        A* dvb = dv + bh * p.tk * p.dv;
-        std::fill(dqb, dqb + p.tq * p.d, A(0));
-        std::fill(dkb, dkb + p.tk * p.d, A(0));
-        std::fill(dvb, dvb + p.tk * p.dv, A(0));
+        A* dqb = dq.at(b, h);
+        A* dkb = dk.at(b, h);
+        A* dvb = dv.at(b, h);
+        const index_t ldq = dq.st, ldk = dk.st, ldv = dv.st;
+        // Each gradient row is written by its first product (beta 0) and summed into by the rest;
+        // rows no product reaches are zeroed (a fill of them all first was 4 % of an attention
+        // layer's time once the rows lay apart, [B, T, H, d]).
+        auto zero = [](A* x, index_t ld, index_t rows, index_t cols) {
+          for_rows(x, ld, rows, cols, [](A* r, index_t n) { std::fill(r, r + n, A(0)); });
+        };
+        if (p.tk == 0) zero(dqb, ldq, p.tq, p.d);
         if (t.transposes()) {
           transpose(kb, k.st, p.tk, p.d, kt.data());
           transpose(vb, v.st, p.tk, p.dv, vt.data());
@@ -278,7 +292,12 @@ struct attention<cpu> {
         for (index_t j0 = 0; j0 < p.tk; j0 += block_k) {
           const index_t bk = std::min(block_k, p.tk - j0);
           const index_t i_begin = p.causal ? j0 / block_q * block_q : 0;  // earlier query tiles see none of these keys
+          if (i_begin >= p.tq) {  // no query sees these keys
+            zero(dkb + j0 * ldk, ldk, bk, p.d);
+            zero(dvb + j0 * ldv, ldv, bk, p.dv);
+          }
           for (index_t i0 = i_begin; i0 < p.tq; i0 += block_q) {
+            const double first_q = i0 == i_begin ? 0.0 : 1.0, first_k = j0 == 0 ? 0.0 : 1.0;  // betas
             const index_t bq = std::min(block_q, p.tq - i0);
             scores(t, p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, keys, s.data());
             for (index_t r = 0; r < bq; ++r) {
@@ -300,7 +319,7 @@ struct attention<cpu> {
             }
             // dV_j += (P Z)^T dO_i;  dP = dO_i V_j^T (then Z dP)
             tile_gemm(t.onednn, true, false, bk, p.dv, bq, 1.0, operand<R>(drop ? pz.data() : s.data(), sg.data(), bq * bk), bk,
-                      gb + i0 * dout.st, dout.st, 1.0, dvb + j0 * p.dv, p.dv);
+                      gb + i0 * dout.st, dout.st, first_q, dvb + j0 * ldv, ldv);
             if (t.transposes())
               tile_gemm(t.onednn, false, false, bq, bk, p.dv, 1.0, gb + i0 * dout.st, dout.st, vt.data() + j0, p.tk, 0.0, dp.data(),
                         bk);
@@ -317,9 +336,16 @@ struct attention<cpu> {
             }
             // dQ_i += s dS K_j;  dK_j += s dS^T Q_i
             const G* ds = operand<R>(s.data(), sg.data(), bq * bk);
-            tile_gemm(t.onednn, false, false, bq, p.d, bk, p.scale, ds, bk, kb + j0 * k.st, k.st, 1.0, dqb + i0 * p.d, p.d);
-            tile_gemm(t.onednn, true, false, bk, p.d, bq, p.scale, ds, bk, qb + i0 * q.st, q.st, 1.0, dkb + j0 * p.d, p.d);
+            tile_gemm(t.onednn, false, false, bq, p.d, bk, p.scale, ds, bk, kb + j0 * k.st, k.st, first_k, dqb + i0 * ldq,
+                      ldq);
+            tile_gemm(t.onednn, true, false, bk, p.d, bq, p.scale, ds, bk, qb + i0 * q.st, q.st, first_q, dkb + j0 * ldk,
+                      ldk);
           }
+        }
+        if constexpr (std::is_same_v<G, A> && converts<R, G, A>()) {  // rounds_gradients
+          round_rows<R>(dqb, ldq, p.tq, p.d);
+          round_rows<R>(dkb, ldk, p.tk, p.d);
+          round_rows<R>(dvb, ldv, p.tk, p.dv);
         }
       });
     });
@@ -409,6 +435,24 @@ struct attention<cpu> {
       for (index_t e = 0; e < n; ++e) buf[e] = G(R(s[e]));
       return buf;
     }
+  }
+
+  /// f(row, cols) for each of rows rows of cols elements, ld apart (one call when they are dense).
+  template <class T, class F>
+  static void for_rows(T* x, index_t ld, index_t rows, index_t cols, F&& f) {
+    if (ld == cols) return f(x, rows * cols);
+    for (index_t r = 0; r < rows; ++r) f(x + r * ld, cols);
+  }
+
+  /// rows rows of cols A elements, ld apart, rounded to R's values in place.
+  template <class R, class A>
+  static void round_rows(A* x, index_t ld, index_t rows, index_t cols) {
+    if (ld == cols) cols *= rows, rows = 1;
+    if constexpr (std::is_same_v<R, bfloat16> && std::is_same_v<A, float>)
+      cpu_convert::round_rows_to_bfloat16_values(x, ld, rows, cols);
+    else
+      for (index_t r = 0; r < rows; ++r)
+        for (index_t c = 0; c < cols; ++c) x[r * ld + c] = A(R(x[r * ld + c]));
   }
 
   /// x [rows x cols], rows ld apart, transposed into out [cols x rows], 8 x 8 blocks at a time.

@@ -346,6 +346,22 @@ inline void round_to_bfloat16_values(const float* in, float* out, index_t n) {
 #endif
 }
 
+/// rows rows of cols floats, ld apart, rounded to bfloat16 values in place (the CPU asked once).
+inline void round_rows_to_bfloat16_values(float* x, index_t ld, index_t rows, index_t cols) {
+#if TRAINKIT_CPU_SSE2_BF16
+#if TRAINKIT_CPU_F16C_DISPATCH
+  if (has_avx2()) {
+    for (index_t r = 0; r < rows; ++r) round_f32_bf16_avx2(x + r * ld, x + r * ld, cols);
+    return;
+  }
+#endif
+  for (index_t r = 0; r < rows; ++r) round_f32_bf16_sse2(x + r * ld, x + r * ld, cols);
+#else
+  for (index_t r = 0; r < rows; ++r)
+    for (index_t c = 0; c < cols; ++c) x[r * ld + c] = static_cast<float>(bfloat16(x[r * ld + c]));
+#endif
+}
+
 /// out = x rounded to bfloat16 values and keep = their bits (8 at a time where SSE2 is there).
 inline void round_keeping_bfloat16(const float* x, float* out, bfloat16* keep, index_t n) {
 #if TRAINKIT_CPU_SSE2_BF16

@@ -273,6 +273,12 @@ enum class cuda_attention_route { none, own, cudnn };
 
 template <>
 struct attention<cuda> {
+  /// dq, dk and dv dense, [B, H, T, features] (what cuDNN's backward writes; the input's layout,
+  /// as the CPU's backward takes it, is not taken here yet).
+  static constexpr bool strided_gradients = false;
+  /// The gradients are A values as the products left them: a 16-bit caller rounds them.
+  static constexpr bool rounds_gradients = false;
+
   /// The route the last forward or backward of this thread took (for tests and benchmarks).
   static cuda_attention_route& last_route() {
     thread_local cuda_attention_route r = cuda_attention_route::none;
@@ -314,10 +320,19 @@ struct attention<cuda> {
   template <class R = void, class G, class A>
   static void backward(const attention_problem& p, attention_view<const G> q, attention_view<const G> k,
                        attention_view<const G> v, const attention_mask<A>& mask, attention_view<const G> out,
-                       const A* lse, attention_view<const G> dout, A* dq, A* dk, A* dv) {
+                       const A* lse, attention_view<const G> dout, attention_view<A> dq_view,
+                       attention_view<A> dk_view, attention_view<A> dv_view) {
     check_types<R, G, A>();
     namespace d = gpu::detail;
     const index_t qrows = p.batch * p.heads * p.tq, krows = p.batch * p.heads * p.tk;
+    auto dense = [&](const attention_view<A>& x, index_t t, index_t f) {
+      return (x.st == f || t <= 1) && (x.sh == t * f || p.heads <= 1) && (x.sb == p.heads * t * f || p.batch <= 1);
+    };
+    TRAINKIT_CHECK(dense(dq_view, p.tq, p.d) && dense(dk_view, p.tk, p.d) && dense(dv_view, p.tk, p.dv), usage_error,
+                   "attention<cuda>::backward", "dq, dk and dv must be dense [batch, heads, tokens, features] (strided_gradients)");
+    A* dq = dq_view.p;
+    A* dk = dk_view.p;
+    A* dv = dv_view.p;
     cudaStream_t s = gpu::current_stream();
     if (qrows == 0 || krows == 0) {  // no query or no key: every gradient is 0
       if (qrows > 0) gpu::check(cudaMemsetAsync(dq, 0, sizeof(A) * std::size_t(qrows * p.d), s), "cudaMemsetAsync");
