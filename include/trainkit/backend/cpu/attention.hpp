@@ -296,8 +296,9 @@ struct attention<cpu> {
             zero(dkb + j0 * ldk, ldk, bk, p.d);
             zero(dvb + j0 * ldv, ldv, bk, p.dv);
           }
+          const double first_k = j0 == 0 ? 0.0 : 1.0;  // beta of dQ_i's product: 0 at the first key tile
           for (index_t i0 = i_begin; i0 < p.tq; i0 += block_q) {
-            const double first_q = i0 == i_begin ? 0.0 : 1.0, first_k = j0 == 0 ? 0.0 : 1.0;  // betas
+            const double first_q = i0 == i_begin ? 0.0 : 1.0;  // beta of dK_j's and dV_j's: 0 at their first query tile
             const index_t bq = std::min(block_q, p.tq - i0);
             scores(t, p, mask, b, h, i0, bq, j0, bk, qb + i0 * q.st, q.st, keys, s.data());
             for (index_t r = 0; r < bq; ++r) {
@@ -447,12 +448,14 @@ struct attention<cpu> {
   /// rows rows of cols A elements, ld apart, rounded to R's values in place.
   template <class R, class A>
   static void round_rows(A* x, index_t ld, index_t rows, index_t cols) {
-    if (ld == cols) cols *= rows, rows = 1;
-    if constexpr (std::is_same_v<R, bfloat16> && std::is_same_v<A, float>)
+    if constexpr (std::is_same_v<R, bfloat16> && std::is_same_v<A, float>) {
+      if (ld == cols) cols *= rows, rows = 1;  // one call when they are dense
       cpu_convert::round_rows_to_bfloat16_values(x, ld, rows, cols);
-    else
-      for (index_t r = 0; r < rows; ++r)
-        for (index_t c = 0; c < cols; ++c) x[r * ld + c] = A(R(x[r * ld + c]));
+    } else {
+      for_rows(x, ld, rows, cols, [](A* r, index_t n) {
+        for (index_t c = 0; c < n; ++c) r[c] = A(R(r[c]));
+      });
+    }
   }
 
   /// x [rows x cols], rows ld apart, transposed into out [cols x rows], 8 x 8 blocks at a time.
