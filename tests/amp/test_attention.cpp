@@ -2,7 +2,8 @@
 // lists it as a lower-precision op): the GEMM operands and the probabilities in bf16 / fp16 with
 // fp32 sums, against the double-precision composition on the rounded inputs; the native bf16 route
 // (oneDNN's bf16 kernels) against the widened one; dropout from the same stream; autocast reaching
-// it inside nn::multi_head_attention; inputs read where they lie (strided heads).
+// it inside nn::multi_head_attention; inputs read where they lie (strided heads); the packed
+// self-attention against the attention of its three blocks.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -232,10 +233,44 @@ TEST_CASE("under autocast, multi_head_attention's attention runs in bf16 and tra
   std::uint64_t ops = 0;
   const auto m = run(true, &ops);
   const auto f = run(false, nullptr);
-  CHECK(ops == 5);  // the three projections, the attention, the output projection
+  CHECK(ops == 3);  // self-attention: one packed projection, the attention, the output projection
   require_rel_close(m[0], f[0], 3e-2);
   require_rel_close(m[1], f[1], 5e-2);
   require_rel_close(m[2], f[2], 5e-2);
+}
+
+TEST_CASE("mixed packed_self_attention gives the bits of the attention of its three blocks, on every route",
+          "[amp][attention]") {
+  namespace ag = trainkit::autograd;
+  restore_route restore;
+  std::mt19937 rng(2939);
+  const index_t b = 2, t = 67, heads = 2, hd = 16, e = heads * hd;
+  const ftensor x = tk_test::random_tensor<float>({b, t, 3 * e}, rng, -2, 2);
+  const ftensor g = tk_test::random_tensor<float>({b, heads, t, hd}, rng, -1, 1);
+  std::vector<backend::cpu_gemm_route> routes{backend::cpu_gemm_route::openblas};  // widened
+  if (backend::onednn_supports<trainkit::bfloat16>()) routes.push_back(backend::cpu_gemm_route::onednn);
+  for (const auto route : routes) {
+    backend::set_cpu_gemm_route(route);
+    INFO("bf16 arithmetic (oneDNN's bf16 kernels): " << backend::blas<cpu>::bf16_native());
+    attention_options<float, cpu> o;
+    o.is_causal = true;
+    fvar packed(x.clone(), true), split(x.clone(), true);
+    fvar a, c;
+    {
+      amp::autocast<amp::mixed_bf16> scope;
+      a = ag::packed_self_attention(packed, heads, o);
+      auto heads_of = [&](index_t i) {
+        return ag::permute(ag::reshape(ag::slice(split, 2, i * e, (i + 1) * e), {b, t, heads, hd}), {0, 2, 1, 3});
+      };
+      c = scaled_dot_product_attention(heads_of(0), heads_of(1), heads_of(2), o);
+    }
+    CHECK(a.holds_bf16() == backend::blas<cpu>::bf16_native());
+    CHECK(tk_test::max_abs_diff(a.value(), c.value()) == 0);
+    a.backward(g);
+    c.backward(g);
+    CHECK(all_representable<trainkit::bfloat16>(packed.grad()));
+    CHECK(tk_test::max_abs_diff(packed.grad(), split.grad()) == 0);
+  }
 }
 
 TEST_CASE("under the automatic route a bf16 attention's tile route is measured once per shape and kept",

@@ -2,7 +2,7 @@
 // softmax) against the unfused composition matmul -> softmax -> matmul in double precision,
 // outputs and gradients, across tile edges (64 rows / keys), causal, additive and boolean masks,
 // rows hidden from every key; finite differences on small shapes; float against double; bad
-// shapes and options named.
+// shapes and options named; packed_self_attention (a packed projection's q, k, v blocks).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -115,6 +115,72 @@ TEST_CASE("attention: each input gradient comes in its input's layout: the heads
     CHECK(seen[3 + i].is_contiguous());
     CHECK(seen[i].strides() == views[i].value().strides());
   }
+}
+
+TEST_CASE("packed_self_attention: the attention of a packed projection's three blocks, one gradient for all three",
+          "[attention]") {
+  std::mt19937 rng(2913);
+  const index_t b = 2, t = 70, heads = 3, hd = 8, e = heads * hd;
+  const dtensor x = tk_test::random_tensor({b, t, 3 * e}, rng, -2, 2);
+  const dtensor g = tk_test::random_tensor({b, heads, t, hd}, rng, -1, 1);
+  auto mask = dtensor::zeros({t, t});
+  for (index_t i = 0; i < t * t; i += 7) mask.data()[i] = -1.5;
+  for (int variant = 0; variant < 4; ++variant) {
+    INFO("variant " << variant << " (0 plain, 1 causal, 2 additive mask and scale, 3 dropout)");
+    generator packed_gen(91), split_gen(91);
+    attention_options<double, cpu> o;
+    o.is_causal = variant == 1;
+    if (variant == 2) o.attn_mask = mask, o.scale = 0.41;
+    if (variant == 3) o.dropout_p = 0.2;
+    o.gen = &packed_gen;
+    dvar packed(x.clone(), true), split(x.clone(), true);
+    const dvar out = packed_self_attention(packed, heads, o);
+    // The same as slicing the three blocks and splitting each into heads.
+    auto heads_of = [&](index_t i) {
+      return permute(reshape(slice(split, 2, i * e, (i + 1) * e), {b, t, heads, hd}), {0, 2, 1, 3});
+    };
+    attention_options<double, cpu> so = o;
+    so.gen = &split_gen;
+    const dvar want = scaled_dot_product_attention(heads_of(0), heads_of(1), heads_of(2), so);
+    CHECK(out.sizes() == shape{b, heads, t, hd});
+    CHECK(packed_gen.offset() == split_gen.offset());
+    TK_REQUIRE_CLOSE(out.value(), want.value(), 1e-12);
+    out.backward(g);
+    want.backward(g);
+    TK_REQUIRE_CLOSE(packed.grad(), split.grad(), 1e-12);
+  }
+  // Against the unfused composition too, and finite differences on a small one.
+  dvar packed(x.clone(), true);
+  attention_options<double, cpu> causal;
+  causal.is_causal = true;
+  packed_self_attention(packed, heads, causal).backward(g);
+  const dtensor blocks = x.view({b, t, 3, heads, hd});
+  const dvar uq(blocks.select(2, 0).permute({0, 2, 1, 3}).contiguous(), true),
+      uk(blocks.select(2, 1).permute({0, 2, 1, 3}).contiguous(), true),
+      uv(blocks.select(2, 2).permute({0, 2, 1, 3}).contiguous(), true);
+  unfused_attention(uq, uk, uv, causal_mask(t, t), 1.0 / std::sqrt(double(hd))).backward(g);
+  const dtensor d = packed.grad().view({b, t, 3, heads, hd});
+  TK_REQUIRE_CLOSE(d.select(2, 0).permute({0, 2, 1, 3}).contiguous(), uq.grad(), 1e-12);
+  TK_REQUIRE_CLOSE(d.select(2, 1).permute({0, 2, 1, 3}).contiguous(), uk.grad(), 1e-12);
+  TK_REQUIRE_CLOSE(d.select(2, 2).permute({0, 2, 1, 3}).contiguous(), uv.grad(), 1e-12);
+  const auto r = tk_test::gradcheck(
+      [&](const std::vector<dvar>& in) { return packed_self_attention(in[0], 2, causal); },
+      {tk_test::random_tensor({2, 3, 12}, rng, -1, 1)});
+  INFO(r.message);
+  CHECK(r.ok);
+  // Bad sizes are named.
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const trainkit::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  using Catch::Matchers::Contains;
+  CHECK_THAT(message([&] { packed_self_attention(dvar(dtensor::zeros({2, 5, 10})), 2); }),
+             Contains("packed_self_attention") && Contains("[2, 5, 10]") && Contains("heads = 2"));
+  CHECK_THAT(message([&] { packed_self_attention(dvar(dtensor::zeros({5, 12})), 2); }), Contains("[5, 12]"));
 }
 
 TEST_CASE("attention: is_causal hides later keys, top-left aligned as torch", "[attention]") {

@@ -101,6 +101,43 @@ TEST_CASE("multi_head_attention: the layer is its composition; batch_first, [L, 
   TK_REQUIRE_CLOSE(first(dvar(q)).value(), first(dvar(q), dvar(q), dvar(q)).value(), 0);
 }
 
+TEST_CASE("multi_head_attention: self-attention of one var (one packed projection) equals three projections",
+          "[nn][attention]") {
+  std::mt19937 rng(2914);
+  generator gen(6);
+  dmha m(12, 3, 0.0, true, /*batch_first=*/true, gen);
+  for (auto& p : m.parameters()) {
+    auto v = p.value();
+    copy_(v, tk_test::random_tensor(p.sizes(), rng, -0.5, 0.5));
+  }
+  const dtensor x = tk_test::random_tensor({2, 70, 12}, rng), g = tk_test::random_tensor({2, 70, 12}, rng);
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal);
+    nn::attention_masks<double, cpu> masks;
+    masks.is_causal = causal;
+    if (!causal) {  // with a key padding mask instead
+      masks.key_padding_mask = tensor<bool>::zeros({2, 70});
+      masks.key_padding_mask.data()[75] = true;
+    }
+    const dvar one(x.clone(), true);
+    CHECK(dmha::packs(one, one, one));
+    m.zero_grad();
+    m(one, one, one, masks).backward(g);
+    std::vector<dtensor> packed_grads;
+    for (auto& p : m.parameters()) packed_grads.push_back(p.grad().clone());
+    // Three vars of the same values: three projections.
+    const dvar q(x.clone(), true), k(x.clone(), true), v(x.clone(), true);
+    CHECK_FALSE(dmha::packs(q, k, v));
+    m.zero_grad();
+    m(q, k, v, masks).backward(g);
+    TK_REQUIRE_CLOSE(one.grad(), (q.grad() + k.grad() + v.grad()).contiguous(), 1e-12);
+    for (std::size_t i = 0; i < packed_grads.size(); ++i) {
+      INFO("parameter " << i);
+      TK_REQUIRE_CLOSE(packed_grads[i], m.parameters()[i].grad(), 1e-12);
+    }
+  }
+}
+
 TEST_CASE("multi_head_attention: gradients of inputs and parameters match finite differences", "[nn][attention][grad]") {
   std::mt19937 rng(2912);
   generator gen(5);

@@ -13,6 +13,7 @@
 // fp16 tensors and the kernel is cuDNN's fused attention or trainkit's (backend/cuda/attention.cuh).
 #pragma once
 
+#include <array>
 #include <cstdio>  // std::snprintf
 #include <optional>
 #include <string_view>
@@ -81,21 +82,68 @@ struct scaled_dot_product_attention {
     }
   }
 };
+
+/// amp::packed_self_attention's node: the packed projection and the output as the kernel took and
+/// gave them (G), the log-sum-exp and the mask in T.
+template <class Compute, class T, class D, class G>
+struct packed_self_attention {
+  static constexpr std::string_view name = "packed_self_attention";
+  tensor<G, D> qkv, out;
+  tensor<T, D> lse, mask;
+  index_t heads;
+  backend::attention_problem p;
+
+  std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
+    if constexpr (kernel_rounds)
+      return {needs.empty() || !needs[0] ? tensor<T, D>() : plain(detail::to_gemm<G, Compute>(g))[0]};
+    else
+      return detail::gradients_from_gemm<T, Compute, G, D>(plain(detail::to_gemm<G, Compute>(g)), needs);
+  }
+  /// bf16: the gradient in and out stay bf16 (held or tagged, as scaled_dot_product_attention's).
+  std::vector<autograd::grad_flow<T, D>> backward_flow(const autograd::grad_flow<T, D>& g,
+                                                       const std::vector<bool>& needs) const
+    requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
+  {
+    if constexpr (kernel_rounds) {
+      if (needs.empty() || !needs[0]) return {autograd::grad_flow<T, D>()};
+      return detail::flows_of_bf16_values<T, D>(plain(detail::gradient_to_gemm<G, Compute>(g)));
+    } else {
+      return detail::gradient_flows<T, Compute, G, D>(plain(detail::gradient_to_gemm<G, Compute>(g)), needs, 1);
+    }
+  }
+
+ private:
+  static constexpr bool kernel_rounds = std::is_same_v<G, T> && backend::attention<D>::rounds_gradients;
+
+  /// The gradient of qkv summed in T (its q, k and v blocks written where they lie); as G.
+  std::vector<tensor<G, D>> plain(const tensor<G, D>& g) const {
+    auto d = autograd::detail::packed_attention_backward<Compute>(p, qkv, heads, mask, out, lse,
+                                                                  autograd::detail::attention_operand(g));
+    if constexpr (std::is_same_v<G, T>)
+      return {std::move(d)};
+    else
+      return {cast<G>(d)};
+  }
+};
 }  // namespace ops
 
 namespace detail {
-/// x's values as G elements holding Compute values, features contiguous (as attention_operand):
-/// a bf16-held var's own tensor, a var tagged with Compute's precision as it is, else rounded.
+/// x's values as G elements holding Compute values: a bf16-held var's own tensor, a var tagged with
+/// Compute's precision as it is, else rounded. attention_values: features contiguous (as
+/// attention_operand).
+template <class G, class Compute, class T, class D>
+tensor<G, D> compute_values_as(const autograd::var<T, D>& x) {
+  if constexpr (keeps_bf16<G, Compute>)
+    return x.holds_bf16() ? x.value_bf16() : cast<Compute>(x.value());
+  else if constexpr (std::is_same_v<G, T>)
+    return x.precision() == autograd::precision_of<Compute> && !x.holds_bf16() ? x.value()
+                                                                                : to_gemm<G, Compute>(x.value());
+  else
+    return to_gemm<G, Compute>(x.value());  // fp16 operands on the GPU
+}
 template <class G, class Compute, class T, class D>
 tensor<G, D> attention_values(const autograd::var<T, D>& x) {
-  tensor<G, D> t;
-  if constexpr (keeps_bf16<G, Compute>)
-    t = x.holds_bf16() ? x.value_bf16() : cast<Compute>(x.value());
-  else if constexpr (std::is_same_v<G, T>)
-    t = x.precision() == autograd::precision_of<Compute> && !x.holds_bf16() ? x.value() : to_gemm<G, Compute>(x.value());
-  else
-    t = to_gemm<G, Compute>(x.value());  // fp16 operands on the GPU
-  return autograd::detail::attention_operand(t);
+  return autograd::detail::attention_operand(compute_values_as<G, Compute>(x));
 }
 /// Whether a bf16 attention of this problem runs its tiles on oneDNN's bf16 kernels (true) or as
 /// bf16 values held in fp32 on the fp32 kernels: the route in force, or - under the automatic
@@ -104,34 +152,45 @@ tensor<G, D> attention_values(const autograd::var<T, D>& x) {
 /// order, so the choice must not change within a training). On the 2-core AVX512-BF16 EPYC oneDNN
 /// won both shapes measured: the GPT example's [32, 4, 64, 32] heads (forward 1.36 against
 /// 1.78 ms) and [4, 8, 1024, 64] (forward + backward 0.7x the fp32 time).
+/// ld: the row strides of q, k and v as the kernel will read them (part of the key: oneDNN's speed
+/// depends on them); values(): q, k and v as bfloat16 attention operands, asked for by the first
+/// trial only (a kept choice needs none).
+template <class Compute, class T, class D, class Values>
+bool attention_tiles_native(const backend::attention_problem& p, const std::array<long long, 3>& ld,
+                            const tensor<T, D>& mask, Values&& values) {
+  if (backend::get_cpu_gemm_route() == backend::cpu_gemm_route::onednn) return true;
+  if (!backend::detail::may_measure() || p.batch * p.heads * p.tq * p.tk == 0) return true;
+  char key[200];
+  std::snprintf(key, sizeof key, "sdpa bf16 b%lld h%lld tq%lld tk%lld d%lld dv%lld c%d m%d ld%lld,%lld,%lld t%d",
+                (long long)p.batch, (long long)p.heads, (long long)p.tq, (long long)p.tk, (long long)p.d,
+                (long long)p.dv, int(p.causal), int(mask.defined()), ld[0], ld[1], ld[2],
+                backend::detail::route_threads());
+  std::optional<std::array<tensor<bfloat16, D>, 3>> b;
+  return backend::detail::route_table::get().choose(key, [&](bool native) {
+    backend::attention_problem trial = p;
+    trial.dropout_p = 0;
+    if (!b) b = values();
+    const auto& [qb, kb, vb] = *b;
+    if (native)
+      (void)autograd::detail::attention_forward<Compute>(trial, qb, kb, vb, mask);
+    else
+      (void)autograd::detail::attention_forward<Compute>(trial, cast<T>(qb), cast<T>(kb), cast<T>(vb), mask);
+    return true;
+  });
+}
+/// The same for q, k and v vars ([B, H, T, features]).
 template <class Compute, class T, class D>
 bool attention_tiles_native(const backend::attention_problem& p, const autograd::var<T, D>& q,
                             const autograd::var<T, D>& k, const autograd::var<T, D>& v, const tensor<T, D>& mask) {
-  if (backend::get_cpu_gemm_route() == backend::cpu_gemm_route::onednn) return true;
-  if (!backend::detail::may_measure() || p.batch * p.heads * p.tq * p.tk == 0) return true;
-  // The row strides the kernel will read (attention_operand: as they lie when features are
-  // contiguous, else dense) - part of the key: oneDNN's speed depends on them.
+  // The row strides attention_operand reads: as they lie when features are contiguous, else dense.
   auto row_stride = [](const autograd::var<T, D>& x) {
     const shape& st = x.holds_bf16() ? x.value_bf16().strides() : x.value().strides();
     return (long long)(st[3] == 1 || x.size(3) <= 1 ? st[2] : x.size(3));
   };
-  char key[200];
-  std::snprintf(key, sizeof key, "sdpa bf16 b%lld h%lld tq%lld tk%lld d%lld dv%lld c%d m%d ld%lld,%lld,%lld t%d",
-                (long long)p.batch, (long long)p.heads, (long long)p.tq, (long long)p.tk, (long long)p.d,
-                (long long)p.dv, int(p.causal), int(mask.defined()), row_stride(q), row_stride(k), row_stride(v),
-                backend::detail::route_threads());
-  std::optional<tensor<bfloat16, D>> qb, kb, vb;  // made by the first trial only (a kept choice needs none)
-  return backend::detail::route_table::get().choose(key, [&](bool native) {
-    backend::attention_problem trial = p;
-    trial.dropout_p = 0;
-    if (!qb)
-      qb = attention_values<bfloat16, Compute>(q), kb = attention_values<bfloat16, Compute>(k),
-      vb = attention_values<bfloat16, Compute>(v);
-    if (native)
-      (void)autograd::detail::attention_forward<Compute>(trial, *qb, *kb, *vb, mask);
-    else
-      (void)autograd::detail::attention_forward<Compute>(trial, cast<T>(*qb), cast<T>(*kb), cast<T>(*vb), mask);
-    return true;
+  return attention_tiles_native<Compute>(p, {row_stride(q), row_stride(k), row_stride(v)}, mask, [&] {
+    return std::array<tensor<bfloat16, D>, 3>{attention_values<bfloat16, Compute>(q),
+                                              attention_values<bfloat16, Compute>(k),
+                                              attention_values<bfloat16, Compute>(v)};
   });
 }
 }  // namespace detail
@@ -171,6 +230,51 @@ autograd::var<T, D> scaled_dot_product_attention(const autograd::var<T, D>& q, c
     return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G> g) {
       if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<D, cpu>)
         if (!detail::attention_tiles_native<C>(p, q, k, v, mask)) return run(std::type_identity<T>{});
+      return run(g);
+    });
+  }
+}
+
+/// autograd::packed_self_attention under policy P, as scaled_dot_product_attention<P> (the same
+/// numbers for the same q, k and v): the packed projection's values in the compute type, its
+/// gradient one [B, T, 3 H hd] tensor of Compute values.
+/// \tparam P a precision_policy
+template <precision_policy P, class T, class D>
+autograd::var<T, D> packed_self_attention(const autograd::var<T, D>& qkv, index_t heads,
+                                          const autograd::attention_options<T, D>& o = {}) {
+  if constexpr (!P::runs_in_compute_type(autocast_op::scaled_dot_product_attention)) {
+    return autograd::packed_self_attention(qkv, heads, o);
+  } else {
+    static_assert(std::is_same_v<T, float>, "amp::packed_self_attention: float vars");
+    using C = typename P::compute_type;
+    const backend::attention_problem p = autograd::detail::packed_attention_problem(qkv.sizes(), heads, o);
+    const tensor<T, D> mask = autograd::detail::attention_additive_mask(p, o);
+    auto run = [&]<class G>(std::type_identity<G>) {
+      const tensor<G, D> packed = detail::compute_values_as<G, C>(qkv).contiguous();
+      const auto h = autograd::detail::packed_heads(packed, heads);
+      auto [out, lse] = autograd::detail::attention_forward<C>(p, h[0], h[1], h[2], mask);
+      ops::packed_self_attention<C, T, D, G> op{packed, out, lse, mask, heads, p};
+      if constexpr (detail::keeps_bf16<G, C>) {
+        return autograd::record_bf16(std::move(op), out, qkv);
+      } else {
+        tensor<T, D> o;
+        if constexpr (std::is_same_v<G, T>)
+          o = out;
+        else
+          o = detail::from_gemm<T, C>(out);  // fp16 on the GPU: widened (exact)
+        auto r = autograd::record(std::move(op), o, qkv);
+        r.set_precision(autograd::precision_of<C>);  // the kernel rounded it
+        return r;
+      }
+    };
+    return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G> g) {
+      if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<D, cpu>) {
+        const long long ld = qkv.size(2);  // the heads' row stride: the packed row
+        if (!detail::attention_tiles_native<C>(p, {ld, ld, ld}, mask, [&] {
+              return autograd::detail::packed_heads(detail::compute_values_as<bfloat16, C>(qkv).contiguous(), heads);
+            }))
+          return run(std::type_identity<T>{});
+      }
       return run(g);
     });
   }

@@ -1,7 +1,7 @@
 // trainkit/amp/autocast.hpp - a precision scope: inside `amp::autocast<P> scope;` every
-// autograd::linear, matmul (batched too), conv2d and scaled_dot_product_attention on this thread
-// runs as amp::linear<P>, amp::matmul<P>, amp::conv2d<P>, amp::scaled_dot_product_attention<P> -
-// whoever calls it: nn layers, a user's own module, a function.
+// autograd::linear, matmul (batched too), conv2d, scaled_dot_product_attention and
+// packed_self_attention on this thread runs as amp::linear<P>, amp::matmul<P>, amp::conv2d<P>,
+// amp::scaled_dot_product_attention<P>, amp::packed_self_attention<P> - whoever calls it: nn layers, a user's own module, a function.
 // The other ops (activations, norms, softmax, losses, reductions) stay fp32, as under
 // torch.autocast. An fp32 scope turns an outer mixed one off (torch.autocast(enabled=False)).
 //
@@ -72,14 +72,28 @@ class autocast {
     note();
     return amp::scaled_dot_product_attention<P>(q, k, v, o);
   }
-  // The attention entry where the op exists for these vars (float on the CPU so far).
+  static var_type packed_attention_op(const var_type& qkv, index_t heads, const autograd::attention_options<T, D>& o) {
+    autograd::autocast_guard<T, D> off(nullptr);
+    ++autograd::detail::autocast_counter();
+    note();
+    return amp::packed_self_attention<P>(qkv, heads, o);
+  }
+  // The attention entries where the ops exist for these vars (float on the CPU so far).
+  static constexpr bool has_attention = std::is_same_v<D, cpu> && std::is_same_v<T, float>;
   static constexpr auto attention_for() {
-    if constexpr (std::is_same_v<D, cpu> && std::is_same_v<T, float>)
+    if constexpr (has_attention)
       return &attention_op;
     else
       return static_cast<decltype(&attention_op)>(nullptr);
   }
-  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op, attention_for()};
+  static constexpr auto packed_attention_for() {
+    if constexpr (has_attention)
+      return &packed_attention_op;
+    else
+      return static_cast<decltype(&packed_attention_op)>(nullptr);
+  }
+  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op, attention_for(),
+                                                      packed_attention_for()};
 
   autograd::autocast_guard<T, D> guard_;
 };

@@ -1,10 +1,11 @@
 // trainkit/autograd/autocast.hpp - the hook through which a precision scope reaches every GEMM op.
 //
-// autograd::linear, matmul, conv2d and scaled_dot_product_attention ask current_autocast<T, D>()
-// first: inside an amp::autocast scope (amp/autocast.hpp) it holds the scope's mixed-precision
-// versions of them, so any module - a user's included, whatever its structure - runs its GEMMs in
-// the compute type without knowing it. autograd/ does not depend on amp/: it only keeps the per-thread table the scope installs,
-// and counts the ops that ran through it (how amp tells "mixed precision did nothing" apart).
+// autograd::linear, matmul, conv2d, scaled_dot_product_attention and packed_self_attention ask
+// current_autocast<T, D>() first: inside an amp::autocast scope (amp/autocast.hpp) it holds the
+// scope's mixed-precision versions of them, so any module - a user's included, whatever its
+// structure - runs its GEMMs in the compute type without knowing it. autograd/ does not depend on
+// amp/: it only keeps the per-thread table the scope installs, and counts the ops that ran through
+// it (how amp tells "mixed precision did nothing" apart).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +27,7 @@ struct autocast_ops {
                       const conv2d_options& o) = nullptr;
   var<T, D> (*attention)(const var<T, D>& q, const var<T, D>& k, const var<T, D>& v,
                          const attention_options<T, D>& o) = nullptr;
+  var<T, D> (*packed_attention)(const var<T, D>& qkv, index_t heads, const attention_options<T, D>& o) = nullptr;
 };
 
 namespace detail {

@@ -5,10 +5,11 @@
 //                                        /*bias=*/true, /*batch_first=*/true);
 //   var<float> y = attn(x, x, x, {.is_causal = true});    // x [N, L, E] -> y [N, L, E]
 //
-// The projections are torch's: one packed in_proj_weight [3E, E] (q, k, v rows in that order, each
-// block applied as its own GEMM) and in_proj_bias [3E], then out_proj (a linear E -> E); the state
-// dict names and order are torch's (in_proj_weight, in_proj_bias, out_proj.weight,
-// out_proj.bias), so weights load across.
+// The projections are torch's: one packed in_proj_weight [3E, E] (q, k, v rows in that order) and
+// in_proj_bias [3E] - applied as one GEMM when query, key and value are one var (self-attention, as
+// torch's fast path; packed_self_attention), else each block as its own GEMM - then out_proj (a
+// linear E -> E); the state dict names and order are torch's (in_proj_weight, in_proj_bias,
+// out_proj.weight, out_proj.bias), so weights load across.
 #pragma once
 
 #include <cstdint>
@@ -112,20 +113,7 @@ class multi_head_attention : public module<T, Device> {
                    "key and value must have the query's batch size and one length; got query "
                        << to_string(query.sizes()) << ", key " << to_string(key.sizes()) << ", value "
                        << to_string(value.sizes()) << (batch_first_ ? " (batch_first)" : ""));
-    // Project, split into heads: [N, H, L, hd].
-    std::vector<var_type> qkv;
     const var_type w = *in_proj_weight_, b = in_proj_bias_ ? *in_proj_bias_ : var_type();
-    // Each projection is the slice of in_proj_weight for it, reshaped and permuted to [N, H, L, hd]:
-    // a view whose features are contiguous, which the attention reads where it lies. (One GEMM for
-    // all three, then three slices of the packed result, cost more: each slice's backward writes
-    // a zero-filled packed-size gradient, and the three are summed.)
-    const var_type* in[3] = {&q_in, &k_in, &v_in};
-    for (index_t i = 0; i < 3; ++i) {
-      const var_type wi = ag::slice(w, 0, i * embed_, (i + 1) * embed_);
-      const var_type bi = b.defined() ? ag::slice(b, 0, i * embed_, (i + 1) * embed_) : var_type();
-      const index_t t = in[i]->size(1);
-      qkv.push_back(ag::permute(ag::reshape(ag::linear(*in[i], wi, bi), {n, t, heads_, hd}), {0, 2, 1, 3}));
-    }
     autograd::attention_options<T, Device> o;
     o.dropout_p = this->is_training() ? dropout_ : 0.0;
     o.gen = gen_;
@@ -135,10 +123,34 @@ class multi_head_attention : public module<T, Device> {
       o.attn_mask = combined_mask(m, n, l, s, batched);
     else
       o.is_causal = m.is_causal;
-    const var_type attn = ag::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], o);  // [N, H, L, hd]
+    var_type attn;  // [N, H, L, hd]
+    if (packs(query, key, value)) {
+      // Self-attention: one GEMM projects q, k and v ([N, L, 3E]), whose heads the attention reads
+      // where they lie and whose gradient its backward writes as one tensor (packed_self_attention).
+      attn = ag::packed_self_attention(ag::linear(q_in, w, b), heads_, o);
+    } else {
+      // Each projection is the slice of in_proj_weight for it, reshaped and permuted to [N, H, L, hd]:
+      // a view whose features are contiguous, which the attention reads where it lies.
+      std::vector<var_type> qkv;
+      const var_type* in[3] = {&q_in, &k_in, &v_in};
+      for (index_t i = 0; i < 3; ++i) {
+        const var_type wi = ag::slice(w, 0, i * embed_, (i + 1) * embed_);
+        const var_type bi = b.defined() ? ag::slice(b, 0, i * embed_, (i + 1) * embed_) : var_type();
+        const index_t t = in[i]->size(1);
+        qkv.push_back(ag::permute(ag::reshape(ag::linear(*in[i], wi, bi), {n, t, heads_, hd}), {0, 2, 1, 3}));
+      }
+      attn = ag::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], o);
+    }
     var_type out = (*out_proj_)(ag::reshape(ag::permute(attn, {0, 2, 1, 3}), {n, l, embed_}));
     if (!batched) return ag::squeeze(out, 0);
     return batch_first_ ? out : ag::contiguous(ag::transpose(out, 0, 1));
+  }
+
+  /// Whether forward projects query, key and value with one GEMM (packed_self_attention): they are
+  /// one var, and the device's attention backward writes its gradients where they lie (the CPU; on
+  /// a GPU, whose kernels write dense gradients, three projections keep the copies away).
+  static bool packs(const var_type& query, const var_type& key, const var_type& value) noexcept {
+    return backend::attention<Device>::strided_gradients && query.same(key) && key.same(value);
   }
 
   var_type operator()(const var_type& query, const var_type& key, const var_type& value, const masks_type& m = {}) {

@@ -181,9 +181,69 @@ std::pair<tensor<G, D>, tensor<A, D>> attention_forward(const backend::attention
                                                attention_mask_view(mask), attention_out_view(out), lse.data());
   return {std::move(out), std::move(lse)};
 }
+
+/// The q, k and v heads, [B, H, T, hd] views, of a packed projection qkv [B, T, 3 H hd] (dense; torch's
+/// in_proj layout: the q, k and v blocks, each H heads of hd features).
+template <class T, class D>
+std::array<tensor<T, D>, 3> packed_heads(const tensor<T, D>& qkv, index_t heads) {
+  const index_t b = qkv.size(0), t = qkv.size(1), hd = qkv.size(2) / (3 * heads);
+  const tensor<T, D> s = qkv.view({b, t, 3, heads, hd});
+  return {s.select(2, 0).permute({0, 2, 1, 3}), s.select(2, 1).permute({0, 2, 1, 3}),
+          s.select(2, 2).permute({0, 2, 1, 3})};
+}
+
+/// The checked problem of packed_self_attention: qkv [B, T, 3 H hd], heads H.
+template <class T, class D>
+backend::attention_problem packed_attention_problem(const shape& s, index_t heads, const attention_options<T, D>& o) {
+  TRAINKIT_CHECK(heads > 0 && s.size() == 3 && s[2] > 0 && s[2] % (3 * heads) == 0, shape_error, "packed_self_attention",
+                 "qkv must be [batch, tokens, 3 * heads * head_dim] (q, k and v blocks); got "
+                     << to_string(s) << " with heads = " << heads);
+  const shape h{s[0], heads, s[1], s[2] / (3 * heads)};
+  return attention_problem_of(h, h, h, o);
+}
+
+/// The backward of packed_self_attention: the gradient of qkv [B, T, 3 H hd] in A, its q, k and v
+/// blocks written by the device's backward where they lie (strided_gradients), else dense and copied
+/// in. R as attention_forward's.
+template <class R = void, class A, class G, class D>
+tensor<A, D> packed_attention_backward(const backend::attention_problem& p, const tensor<G, D>& qkv, index_t heads,
+                                       const tensor<A, D>& mask, const tensor<G, D>& out, const tensor<A, D>& lse,
+                                       const tensor<G, D>& dout) {
+  auto dqkv = tensor<A, D>::empty(qkv.sizes());
+  const auto in = packed_heads(qkv, heads);
+  auto d = packed_heads(dqkv, heads);
+  auto run = [&](std::array<tensor<A, D>, 3>& g) {
+    backend::attention<D>::template backward<R>(p, attention_view_of(in[0]), attention_view_of(in[1]),
+                                                attention_view_of(in[2]), attention_mask_view(mask),
+                                                attention_view_of(out), lse.data(), attention_view_of(dout),
+                                                attention_out_view(g[0]), attention_out_view(g[1]),
+                                                attention_out_view(g[2]));
+  };
+  if constexpr (backend::attention<D>::strided_gradients) {
+    run(d);
+  } else {
+    std::array<tensor<A, D>, 3> dense{tensor<A, D>::empty(d[0].sizes()), tensor<A, D>::empty(d[1].sizes()),
+                                      tensor<A, D>::empty(d[2].sizes())};
+    run(dense);
+    for (std::size_t i = 0; i < 3; ++i) copy_(d[i], dense[i]);
+  }
+  return dqkv;
+}
 }  // namespace detail
 
 namespace ops {
+/// packed_self_attention's node: the packed projection (dense), the output, log-sum-exp and mask.
+template <class T, class D>
+struct packed_self_attention {
+  static constexpr std::string_view name = "packed_self_attention";
+  tensor<T, D> qkv, out, lse, mask;
+  index_t heads;
+  backend::attention_problem p;
+  std::array<tensor<T, D>, 1> backward(const tensor<T, D>& grad, const std::vector<bool>&) const {
+    return {detail::packed_attention_backward(p, qkv, heads, mask, out, lse, detail::attention_operand(grad))};
+  }
+};
+
 template <class T, class D>
 struct scaled_dot_product_attention {
   static constexpr std::string_view name = "scaled_dot_product_attention";
@@ -221,6 +281,27 @@ var<T, D> scaled_dot_product_attention(const var<T, D>& q, const var<T, D>& k, c
                      vc = detail::attention_operand(v.value());
   auto [out, lse] = detail::attention_forward(p, qc, kc, vc, mask);
   return record(ops::scaled_dot_product_attention<T, D>{qc, kc, vc, out, lse, mask, p}, out, q, k, v);
+}
+
+/// Self-attention of a packed projection: scaled_dot_product_attention(q, k, v, o) with q, k and v
+/// the three blocks of qkv [B, T, 3 H hd] (torch's in_proj layout: one linear projects all three, as
+/// nn::multi_head_attention does when query, key and value are one input), split into H heads;
+/// returns [B, H, T, hd] as scaled_dot_product_attention does (the same numbers, masks, dropout
+/// stream and errors). The heads are read where they lie and, on the CPU, the backward writes dq,
+/// dk and dv into one [B, T, 3 H hd] gradient where they lie: the projection's backward is then one
+/// GEMM for the input and one for the packed weight, where three projections took three of each,
+/// three slices' zero-filled gradients of the packed weight and two sums of the input's.
+template <class T, class D>
+var<T, D> packed_self_attention(const var<T, D>& qkv, index_t heads, const attention_options<T, D>& o = {}) {
+  static_assert(std::is_floating_point_v<T>, "packed_self_attention: float or double");
+  if (const auto* ac = current_autocast<T, D>(); ac != nullptr && ac->packed_attention != nullptr)
+    return ac->packed_attention(qkv, heads, o);  // inside a precision scope (amp::autocast)
+  const backend::attention_problem p = detail::packed_attention_problem(qkv.sizes(), heads, o);
+  const tensor<T, D> mask = detail::attention_additive_mask(p, o);
+  const tensor<T, D> packed = qkv.value().contiguous();
+  const auto h = detail::packed_heads(packed, heads);
+  auto [out, lse] = detail::attention_forward(p, h[0], h[1], h[2], mask);
+  return record(ops::packed_self_attention<T, D>{packed, out, lse, mask, heads, p}, out, qkv);
 }
 
 }  // namespace trainkit::autograd
