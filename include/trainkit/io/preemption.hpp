@@ -15,15 +15,20 @@
 // collective (dist::any_rank(comm, guard.requested())) so that every rank stops at the same step.
 #pragma once
 
-#include <signal.h>  // sigaction (POSIX)
+#include <pthread.h>  // pthread_sigmask
+#include <signal.h>   // sigaction (POSIX)
+#include <unistd.h>   // pause
 
 #include <atomic>
 #include <chrono>
 #include <csignal>  // sig_atomic_t, SIGTERM, SIGINT
 #include <cstdint>
 #include <initializer_list>
+#include <mutex>
+#include <thread>
 #include <vector>
 
+#include "trainkit/config.hpp"  // TRAINKIT_HAS_OPENMP
 #include "trainkit/core/error.hpp"
 
 namespace trainkit::io {
@@ -50,6 +55,39 @@ inline struct sigaction recording_action() noexcept {
   sa.sa_flags = SA_RESTART;
   return sa;
 }
+// Where the handler runs: never on a thread that computes. oneDNN's generated f32 GEMM kernels
+// (x64 "gemm:jit", the fp32 matmul on CPUs without AVX-512 - an AVX2-only EPYC; Debian's oneDNN
+// 2.6) point rsp into the heap while they run (oneDNN issue 4845, fixed upstream in March 2026):
+// a handler that interrupts one pushes its frame there and corrupts the heap. Seen from outside:
+// the Slurm requeue test's ranks aborted in free() ("corrupted size vs. prev_size") or died with
+// SIGBUS at exit after scontrol requeue's SIGTERM. So the signals are blocked in the calling
+// thread - and in every thread it starts later, which inherit its mask - and in the OpenMP pool
+// (oneDNN's and trainkit's parallel regions), and one idle thread of trainkit's own keeps every
+// signal unblocked: the kernel delivers a process-directed signal (kill, a launcher, the
+// scheduler) to a thread that does not block it, so the handler runs there. A thread-directed one
+// (raise, pthread_kill) at a thread that blocks it stays pending.
+/// Returns the calling thread's mask before the call.
+inline sigset_t route_signals_away_from_compute(std::initializer_list<int> signals) {
+  static std::once_flag started;
+  std::call_once(started, [] {
+    std::thread([] {
+      sigset_t none;
+      sigemptyset(&none);
+      pthread_sigmask(SIG_SETMASK, &none, nullptr);
+      for (;;) ::pause();  // returns after each handler
+    }).detach();
+  });
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : signals) sigaddset(&set, s);
+  sigset_t before;
+  pthread_sigmask(SIG_BLOCK, &set, &before);
+#if TRAINKIT_HAS_OPENMP
+#pragma omp parallel
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+#endif
+  return before;
+}
 // Set by catch_stop_signals_early(): a signal recorded before the first guard is kept by it.
 inline std::atomic<bool>& stop_signals_caught_early() {
   static std::atomic<bool> e{false};
@@ -61,17 +99,24 @@ inline std::atomic<bool>& stop_signals_caught_early() {
 /// anything slow starts (MPI_Init, NCCL, loading data): a stop signal that arrives before the
 /// training loop's preemption_guard exists is then kept, and that guard reports it at the first
 /// step boundary (a clean snapshot and exit status 75) instead of the default action killing the
-/// process (143). Call it first thing in main(); the handlers stay for the life of the process.
+/// process (143). Call it first thing in main(), before any thread starts: the signals are then
+/// blocked in every thread but one of trainkit's (detail::route_signals_away_from_compute); the
+/// handlers stay for the life of the process.
 inline void catch_stop_signals_early() {
   const struct sigaction sa = detail::recording_action();
   for (int s : {SIGTERM, SIGINT})
     TRAINKIT_CHECK(::sigaction(s, &sa, nullptr) == 0, usage_error, "catch_stop_signals_early",
                    "cannot install a handler for signal " << s);
+  detail::route_signals_away_from_compute({SIGTERM, SIGINT});
   detail::stop_signals_caught_early().store(true);
 }
 
 /// Installs handlers (sigaction) for the given signals - SIGTERM and SIGINT by default - that
 /// only record the signal; the loop polls requested() at step boundaries, snapshots and returns.
+/// The signals stay blocked in the constructing thread, the threads it starts later and the
+/// OpenMP pool, and are handled on a thread of trainkit's own (detail::route_signals_away_from_compute):
+/// signals sent to the process (kill, launchers, schedulers) are seen; raise() in a blocked thread
+/// is not. The destructor also gives the constructing thread its signal mask back.
 /// The destructor restores the handlers that were there before. A signal that arrived after
 /// catch_stop_signals_early() and before the guard counts as requested. One guard may exist at a time
 /// (a second is a usage_error): signal dispositions are per process.
@@ -93,11 +138,13 @@ class preemption_guard {
       }
       previous_.push_back({s, old});
     }
+    mask_before_ = detail::route_signals_away_from_compute(signals);
   }
   preemption_guard(const preemption_guard&) = delete;
   preemption_guard& operator=(const preemption_guard&) = delete;
   ~preemption_guard() {
     restore();
+    pthread_sigmask(SIG_SETMASK, &mask_before_, nullptr);  // blocked still where they were before
     detail::preemption_guard_active().store(false);
   }
 
@@ -122,6 +169,7 @@ class preemption_guard {
     struct sigaction action;
   };
   std::vector<saved> previous_;
+  sigset_t mask_before_;
 };
 
 /// When periodic snapshots are due.
