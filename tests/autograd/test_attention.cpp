@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "support/gradcheck.hpp"
@@ -57,6 +58,17 @@ void check_against_unfused(const attention_case& c, const attention_options<doub
   TK_REQUIRE_CLOSE(fq.grad(), uq.grad(), tol);
   TK_REQUIRE_CLOSE(fk.grad(), uk.grad(), tol);
   TK_REQUIRE_CLOSE(fv.grad(), uv.grad(), tol);
+}
+
+/// What f throws as a trainkit::error, or "no error".
+template <class F>
+std::string error_message(F&& f) {
+  try {
+    f();
+  } catch (const trainkit::error& e) {
+    return e.what();
+  }
+  return "no error";
 }
 
 }  // namespace
@@ -169,18 +181,10 @@ TEST_CASE("packed_self_attention: the attention of a packed projection's three b
   INFO(r.message);
   CHECK(r.ok);
   // Bad sizes are named.
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const trainkit::error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   using Catch::Matchers::Contains;
-  CHECK_THAT(message([&] { packed_self_attention(dvar(dtensor::zeros({2, 5, 10})), 2); }),
+  CHECK_THAT(error_message([&] { packed_self_attention(dvar(dtensor::zeros({2, 5, 10})), 2); }),
              Contains("packed_self_attention") && Contains("[2, 5, 10]") && Contains("heads = 2"));
-  CHECK_THAT(message([&] { packed_self_attention(dvar(dtensor::zeros({5, 12})), 2); }), Contains("[5, 12]"));
+  CHECK_THAT(error_message([&] { packed_self_attention(dvar(dtensor::zeros({5, 12})), 2); }), Contains("[5, 12]"));
 }
 
 TEST_CASE("attention: is_causal hides later keys, top-left aligned as torch", "[attention]") {
@@ -350,14 +354,7 @@ TEST_CASE("attention: dropout is dropout(softmax) with the mask autograd::dropou
 
 TEST_CASE("attention: wrong shapes and options are named", "[attention]") {
   const dvar q(dtensor::zeros({2, 3, 4, 8})), k(dtensor::zeros({2, 3, 5, 8})), v(dtensor::zeros({2, 3, 5, 6}));
-  auto message = [](auto&& f) {
-    try {
-      f();
-    } catch (const trainkit::error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [](auto&& f) { return error_message(f); };
   using Catch::Matchers::Contains;
   CHECK_THAT(message([&] { scaled_dot_product_attention(dvar(dtensor::zeros({3, 4, 8})), k, v); }),
              Contains("scaled_dot_product_attention") && Contains("[3, 4, 8]"));

@@ -152,6 +152,24 @@ tensor<G, D> attention_values(const autograd::var<T, D>& x) {
 /// order, so the choice must not change within a training). On the 2-core AVX512-BF16 EPYC oneDNN
 /// won both shapes measured: the GPT example's [32, 4, 64, 32] heads (forward 1.36 against
 /// 1.78 ms) and [4, 8, 1024, 64] (forward + backward 0.7x the fp32 time).
+/// The var of a mixed attention op's output `out` (G elements, as the kernel gave it): held in bf16
+/// where keeps_bf16, else T values tagged with C's precision (the kernel rounded them).
+template <class C, class G, class D, class Op, class T, class... Rest>
+autograd::var<T, D> record_attention(Op&& op, const tensor<G, D>& out, const autograd::var<T, D>& first,
+                                     const Rest&... rest) {
+  if constexpr (keeps_bf16<G, C>) {
+    return autograd::record_bf16(std::forward<Op>(op), out, first, rest...);
+  } else {
+    tensor<T, D> o;
+    if constexpr (std::is_same_v<G, T>)
+      o = out;
+    else
+      o = from_gemm<T, C>(out);  // fp16 on the GPU: widened (exact)
+    auto r = autograd::record(std::forward<Op>(op), o, first, rest...);
+    r.set_precision(autograd::precision_of<C>);
+    return r;
+  }
+}
 /// ld: the row strides of q, k and v as the kernel will read them (part of the key: oneDNN's speed
 /// depends on them); values(): q, k and v as bfloat16 attention operands, asked for by the first
 /// trial only (a kept choice needs none).
@@ -213,19 +231,8 @@ autograd::var<T, D> scaled_dot_product_attention(const autograd::var<T, D>& q, c
       const tensor<G, D> qg = detail::attention_values<G, C>(q), kg = detail::attention_values<G, C>(k),
                          vg = detail::attention_values<G, C>(v);
       auto [out, lse] = autograd::detail::attention_forward<C>(p, qg, kg, vg, mask);
-      ops::scaled_dot_product_attention<C, T, D, G> op{qg, kg, vg, out, lse, mask, p};
-      if constexpr (detail::keeps_bf16<G, C>) {
-        return autograd::record_bf16(std::move(op), out, q, k, v);
-      } else {
-        tensor<T, D> o;
-        if constexpr (std::is_same_v<G, T>)
-          o = out;
-        else
-          o = detail::from_gemm<T, C>(out);  // fp16 on the GPU: widened (exact)
-        auto r = autograd::record(std::move(op), o, q, k, v);
-        r.set_precision(autograd::precision_of<C>);  // the kernel rounded it
-        return r;
-      }
+      return detail::record_attention<C>(ops::scaled_dot_product_attention<C, T, D, G>{qg, kg, vg, out, lse, mask, p},
+                                         out, q, k, v);
     };
     return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G> g) {
       if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<D, cpu>)
@@ -253,19 +260,8 @@ autograd::var<T, D> packed_self_attention(const autograd::var<T, D>& qkv, index_
       const tensor<G, D> packed = detail::compute_values_as<G, C>(qkv).contiguous();
       const auto h = autograd::detail::packed_heads(packed, heads);
       auto [out, lse] = autograd::detail::attention_forward<C>(p, h[0], h[1], h[2], mask);
-      ops::packed_self_attention<C, T, D, G> op{packed, out, lse, mask, heads, p};
-      if constexpr (detail::keeps_bf16<G, C>) {
-        return autograd::record_bf16(std::move(op), out, qkv);
-      } else {
-        tensor<T, D> o;
-        if constexpr (std::is_same_v<G, T>)
-          o = out;
-        else
-          o = detail::from_gemm<T, C>(out);  // fp16 on the GPU: widened (exact)
-        auto r = autograd::record(std::move(op), o, qkv);
-        r.set_precision(autograd::precision_of<C>);  // the kernel rounded it
-        return r;
-      }
+      return detail::record_attention<C>(ops::packed_self_attention<C, T, D, G>{packed, out, lse, mask, heads, p}, out,
+                                         qkv);
     };
     return detail::on_gemm_type<D, C>([&]<class G>(std::type_identity<G> g) {
       if constexpr (std::is_same_v<G, bfloat16> && std::is_same_v<D, cpu>) {
