@@ -28,6 +28,14 @@
 namespace trainkit::amp {
 
 namespace ops {
+/// r with the gradients nobody needs dropped (a kernel that rounds its gradients leaves nothing else to do).
+template <class T, class D>
+std::vector<tensor<T, D>> only_needed(std::vector<tensor<T, D>> r, const std::vector<bool>& needs) {
+  for (std::size_t i = 0; i < r.size(); ++i)
+    if (i >= needs.size() || !needs[i]) r[i] = tensor<T, D>();
+  return r;
+}
+
 /// amp::scaled_dot_product_attention's node: q, k, v and the output as the kernel took and gave
 /// them (G: bfloat16, or T holding C values), the log-sum-exp and the mask in T.
 template <class Compute, class T, class D, class G>
@@ -39,7 +47,7 @@ struct scaled_dot_product_attention {
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
     if constexpr (kernel_rounds)
-      return needed(plain(detail::to_gemm<G, Compute>(g)), needs);
+      return only_needed(plain(detail::to_gemm<G, Compute>(g)), needs);
     else
       return detail::gradients_from_gemm<T, Compute, G, D>(plain(detail::to_gemm<G, Compute>(g)), needs);
   }
@@ -49,7 +57,7 @@ struct scaled_dot_product_attention {
     requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
     if constexpr (kernel_rounds)
-      return detail::flows_of_bf16_values<T, D>(needed(plain(detail::gradient_to_gemm<G, Compute>(g)), needs));
+      return detail::flows_of_bf16_values<T, D>(only_needed(plain(detail::gradient_to_gemm<G, Compute>(g)), needs));
     else
       return detail::gradient_flows<T, Compute, G, D>(plain(detail::gradient_to_gemm<G, Compute>(g)), needs, 3);
   }
@@ -58,12 +66,6 @@ struct scaled_dot_product_attention {
   /// Whether the kernel hands dq, dk and dv rounded to Compute already (G = T, on a backend that
   /// rounds_gradients): nothing is left to round.
   static constexpr bool kernel_rounds = std::is_same_v<G, T> && backend::attention<D>::rounds_gradients;
-
-  static std::vector<tensor<T, D>> needed(std::vector<tensor<T, D>> r, const std::vector<bool>& needs) {
-    for (std::size_t i = 0; i < r.size(); ++i)
-      if (i >= needs.size() || !needs[i]) r[i] = tensor<T, D>();
-    return r;
-  }
 
   /// dq, dk, dv summed in T, each in its input's layout (attention_gradient); as G (rounded to bfloat16 when G
   /// is), else rounded by the kernel (kernel_rounds) or left for the caller's rounding.
@@ -95,7 +97,7 @@ struct packed_self_attention {
 
   std::vector<tensor<T, D>> backward(const tensor<T, D>& g, const std::vector<bool>& needs) const {
     if constexpr (kernel_rounds)
-      return {needs.empty() || !needs[0] ? tensor<T, D>() : plain(detail::to_gemm<G, Compute>(g))[0]};
+      return only_needed(plain(detail::to_gemm<G, Compute>(g)), needs);
     else
       return detail::gradients_from_gemm<T, Compute, G, D>(plain(detail::to_gemm<G, Compute>(g)), needs);
   }
@@ -104,12 +106,10 @@ struct packed_self_attention {
                                                        const std::vector<bool>& needs) const
     requires(detail::keeps_bf16<G, Compute> || detail::widened_bf16<G, Compute, T, D>)
   {
-    if constexpr (kernel_rounds) {
-      if (needs.empty() || !needs[0]) return {autograd::grad_flow<T, D>()};
-      return detail::flows_of_bf16_values<T, D>(plain(detail::gradient_to_gemm<G, Compute>(g)));
-    } else {
+    if constexpr (kernel_rounds)
+      return detail::flows_of_bf16_values<T, D>(only_needed(plain(detail::gradient_to_gemm<G, Compute>(g)), needs));
+    else
       return detail::gradient_flows<T, Compute, G, D>(plain(detail::gradient_to_gemm<G, Compute>(g)), needs, 1);
-    }
   }
 
  private:

@@ -1,7 +1,8 @@
 // trainkit/amp/autocast.hpp - a precision scope: inside `amp::autocast<P> scope;` every
 // autograd::linear, matmul (batched too), conv2d, scaled_dot_product_attention and
 // packed_self_attention on this thread runs as amp::linear<P>, amp::matmul<P>, amp::conv2d<P>,
-// amp::scaled_dot_product_attention<P>, amp::packed_self_attention<P> - whoever calls it: nn layers, a user's own module, a function.
+// amp::scaled_dot_product_attention<P>, amp::packed_self_attention<P> - whoever calls it: nn
+// layers, a user's own module, a function.
 // The other ops (activations, norms, softmax, losses, reductions) stay fp32, as under
 // torch.autocast. An fp32 scope turns an outer mixed one off (torch.autocast(enabled=False)).
 //
@@ -78,22 +79,17 @@ class autocast {
     note();
     return amp::packed_self_attention<P>(qkv, heads, o);
   }
-  // The attention entries where the ops exist for these vars (float on the CPU so far).
-  static constexpr bool has_attention = std::is_same_v<D, cpu> && std::is_same_v<T, float>;
-  static constexpr auto attention_for() {
-    if constexpr (has_attention)
-      return &attention_op;
+  // An attention entry where the ops exist for these vars (float on the CPU so far), else null.
+  template <auto Op>
+  static constexpr decltype(Op) where_attention_exists() {
+    if constexpr (std::is_same_v<D, cpu> && std::is_same_v<T, float>)
+      return Op;
     else
-      return static_cast<decltype(&attention_op)>(nullptr);
+      return nullptr;
   }
-  static constexpr auto packed_attention_for() {
-    if constexpr (has_attention)
-      return &packed_attention_op;
-    else
-      return static_cast<decltype(&packed_attention_op)>(nullptr);
-  }
-  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op, attention_for(),
-                                                      packed_attention_for()};
+  static constexpr autograd::autocast_ops<T, D> table{&linear_op, &matmul_op, &conv2d_op,
+                                                      where_attention_exists<&attention_op>(),
+                                                      where_attention_exists<&packed_attention_op>()};
 
   autograd::autocast_guard<T, D> guard_;
 };

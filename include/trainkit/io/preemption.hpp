@@ -114,10 +114,10 @@ inline void catch_stop_signals_early() {
 /// Installs handlers (sigaction) for the given signals - SIGTERM and SIGINT by default - that
 /// only record the signal; the loop polls requested() at step boundaries, snapshots and returns.
 /// The signals stay blocked in the constructing thread, the threads it starts later and the
-/// OpenMP pool, and are handled on a thread of trainkit's own (detail::route_signals_away_from_compute):
-/// signals sent to the process (kill, launchers, schedulers) are seen; raise() in a blocked thread
-/// is not. The destructor also gives the constructing thread its signal mask back.
-/// The destructor restores the handlers that were there before. A signal that arrived after
+/// OpenMP pool, and are handled on a thread of trainkit's own
+/// (detail::route_signals_away_from_compute): signals sent to the process (kill, launchers,
+/// schedulers) are seen; raise() in a blocked thread is not. The destructor restores the handlers
+/// that were there before and the constructing thread's signal mask. A signal that arrived after
 /// catch_stop_signals_early() and before the guard counts as requested. One guard may exist at a time
 /// (a second is a usage_error): signal dispositions are per process.
 class preemption_guard {
