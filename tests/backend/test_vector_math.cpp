@@ -46,19 +46,25 @@ TEST_CASE("vector exp: within 2 ulp of std::exp, 0 below the range, NaN kept; AV
   const std::vector<float> x = exp_inputs();
   std::vector<float> y8(x.size());
   exp8(x.data(), y8.data(), x.size());
+  // (Failures counted, the first one named: a CAPTURE and CHECK per input made this test 13 s
+  // under ASan.)
+  std::size_t bad = 0, first = 0;
   for (std::size_t i = 0; i < x.size(); ++i) {
     const float want = std::exp(x[i]);
-    CAPTURE(x[i], y8[i], want);
+    bool ok = true;
     if (std::isnan(x[i])) {
-      CHECK(std::isnan(y8[i]));
+      ok = std::isnan(y8[i]);
     } else if (x[i] < -87.33654f) {
-      CHECK(y8[i] == 0.f);
+      ok = y8[i] == 0.f;
     } else if (std::isinf(want) || want > std::numeric_limits<float>::max() / 2) {
-      CHECK(y8[i] >= std::numeric_limits<float>::max() / 4);  // the top of the range, clamped
+      ok = y8[i] >= std::numeric_limits<float>::max() / 4;  // the top of the range, clamped
     } else if (want >= std::numeric_limits<float>::min()) {
-      CHECK(std::abs(y8[i] - want) <= 2 * std::abs(std::nextafter(want, 0.f) - want) + 1e-45f);
+      ok = std::abs(y8[i] - want) <= 2 * std::abs(std::nextafter(want, 0.f) - want) + 1e-45f;
     }
+    if (!ok && bad++ == 0) first = i;
   }
+  INFO("first failure: x = " << x[first] << ", exp_avx2 " << y8[first] << ", std::exp " << std::exp(x[first]));
+  REQUIRE(bad == 0);
   if (!vm::has_avx512()) {
     std::printf("SKIPPED: exp_avx512 against exp_avx2: this CPU (or TRAINKIT_MAX_CPU_ISA) has no AVX-512\n");
     return;
