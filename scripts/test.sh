@@ -130,11 +130,13 @@ main_status=FAILED
 # for the 14 files), and their device code in nvcc's fast-compile mode where it has one (-Ofc=max,
 # CUDA 12.8+; still sm_90 machine code + compute_90 PTX, with every error): gpt_char.cu took 142 s
 # of compiler time, 81 s with it (cicc 48 -> 23 s, ptxas 28 -> 3 s).
+# (The help is read whole: `nvcc --help | grep -q` fails under pipefail when grep stops reading.)
 cuda_check_flags="-O0"
-if nvcc_path="$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)" && [[ -n "$nvcc_path" ]] &&
-  "$nvcc_path" --help 2>/dev/null | grep -q -- "--Ofast-compile"; then
+nvcc_path="$(command -v nvcc || ls /usr/local/cuda/bin/nvcc 2>/dev/null)"
+if [[ -n "$nvcc_path" ]] && [[ "$("$nvcc_path" --help 2>/dev/null)" == *"--Ofast-compile"* ]]; then
   cuda_check_flags="-O0 -Ofc=max"
 fi
+echo "=== .cu files in the main suite: $cuda_check_flags"
 # The C++ benchmarks are only compiled here too: they link trainkit::precompiled (not for figures).
 # The test files at -O1 (TRAINKIT_TESTS_CXX_FLAGS; the float ops they call come from
 # trainkit::precompiled at -O2, as the examples' do): 273 s of compiler time against 446 s, for 3 s
