@@ -147,7 +147,7 @@ if suite main "$repo_root/build-test" -- \
     "-DCMAKE_CUDA_FLAGS_RELWITHDEBINFO=$cuda_check_flags" \
     -DTRAINKIT_TESTS_CXX_FLAGS=-O1 \
     -DTRAINKIT_WERROR=ON \
-    -DTRAINKIT_SANITIZE=OFF "-DTRAINKIT_CUDA=$({ command -v nvcc || ls /usr/local/cuda/bin/nvcc; } >/dev/null 2>&1 && echo ON || echo OFF)" \
+    -DTRAINKIT_SANITIZE=OFF "-DTRAINKIT_CUDA=$([[ -n "$nvcc_path" ]] && echo ON || echo OFF)" \
     -DTRAINKIT_BUILD_TESTS=ON \
     -DTRAINKIT_BUILD_EXAMPLES=ON \
     -DTRAINKIT_BUILD_BENCHMARKS=ON \

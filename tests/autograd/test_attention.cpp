@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 #include "trainkit/trainkit.hpp"
 
@@ -60,16 +61,7 @@ void check_against_unfused(const attention_case& c, const attention_options<doub
   TK_REQUIRE_CLOSE(fv.grad(), uv.grad(), tol);
 }
 
-/// What f throws as a trainkit::error, or "no error".
-template <class F>
-std::string error_message(F&& f) {
-  try {
-    f();
-  } catch (const trainkit::error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using trainkit::test::error_message;
 
 }  // namespace
 

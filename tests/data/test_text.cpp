@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "support/errors.hpp"
 #include "trainkit/trainkit.hpp"
 
 using namespace trainkit;
@@ -15,15 +16,7 @@ using Catch::Matchers::Contains;
 
 namespace text_test {
 
-template <class F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const trainkit::error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using trainkit::test::error_message;
 
 tensor<std::int64_t> iota(index_t n) {
   auto t = tensor<std::int64_t>::empty({n});
@@ -39,10 +32,10 @@ TEST_CASE("char_vocabulary: distinct bytes in byte order, encode and decode roun
   CHECK(ids.to_vector() == std::vector<std::int64_t>{5, 4, 6, 6, 7});
   CHECK(v.decode(ids.data(), ids.numel()) == "hello");
   CHECK(data::char_vocabulary::from_symbols(v.symbols()).encode("world").to_vector() == v.encode("world").to_vector());
-  CHECK_THAT(message_of([&] { v.encode("hex"); }), Contains("byte 120") && Contains("10 symbols"));
-  CHECK_THAT(message_of([&] { v.symbol(10); }), Contains("token id 10") && Contains("[0, 10)"));
-  CHECK_THAT(message_of([] { data::char_vocabulary(""); }), Contains("empty"));
-  CHECK_THAT(message_of([] { data::read_text_file("/nonexistent/corpus.txt"); }),
+  CHECK_THAT(error_message([&] { v.encode("hex"); }), Contains("byte 120") && Contains("10 symbols"));
+  CHECK_THAT(error_message([&] { v.symbol(10); }), Contains("token id 10") && Contains("[0, 10)"));
+  CHECK_THAT(error_message([] { data::char_vocabulary(""); }), Contains("empty"));
+  CHECK_THAT(error_message([] { data::read_text_file("/nonexistent/corpus.txt"); }),
              Contains("read_text_file") && Contains("/nonexistent/corpus.txt"));
 }
 
@@ -57,9 +50,9 @@ TEST_CASE("token_windows: windows of T tokens labelled with the next T", "[data]
   CHECK(std::vector<std::int64_t>(y, y + 4) == std::vector<std::int64_t>{17, 18, 19, 20});
   const data::token_windows overlapping(iota(21), 4, 1);
   CHECK(overlapping.size() == 17);
-  CHECK_THAT(message_of([&] { w.get(5, x, y); }), Contains("window 5") && Contains("[0, 5)"));
-  CHECK_THAT(message_of([] { data::token_windows(iota(4), 4); }), Contains("need 5 tokens") && Contains("has 4"));
-  CHECK_THAT(message_of([] { data::token_windows(iota(8).reshape({2, 4}), 2); }), Contains("1-D"));
+  CHECK_THAT(error_message([&] { w.get(5, x, y); }), Contains("window 5") && Contains("[0, 5)"));
+  CHECK_THAT(error_message([] { data::token_windows(iota(4), 4); }), Contains("need 5 tokens") && Contains("has 4"));
+  CHECK_THAT(error_message([] { data::token_windows(iota(8).reshape({2, 4}), 2); }), Contains("1-D"));
 }
 
 TEST_CASE("data_loader batches token windows as int64 x [B, T] and y [B, T], whatever the workers",
@@ -85,7 +78,7 @@ TEST_CASE("data_loader batches token windows as int64 x [B, T] and y [B, T], wha
   REQUIRE(serial.size() == 3);  // 5 + 5 + 2 windows
   CHECK(serial.back().size() == 2 * 5);
   CHECK(batches_of(2) == serial);
-  CHECK_THAT(message_of([&] {
+  CHECK_THAT(error_message([&] {
                data::data_loader loader(w, data::distributed_sampler(w.size(), {}),
                                         {.batch_size = 2, .transform = data::random_crop({.padding = 1})});
              }),

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/errors.hpp"
 #include "support/gradcheck.hpp"
 #include "trainkit/trainkit.hpp"
 
@@ -33,14 +34,7 @@ dvar composed(dmha& m, const dvar& q, const dvar& k, const dvar& v, const ag::at
   return m.out_proj()(ag::reshape(ag::permute(a, {0, 2, 1, 3}), {q.size(0), q.size(1), e}));
 }
 
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const trainkit::error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using trainkit::test::error_message;
 
 TEST_CASE("multi_head_attention: torch's parameters, names and initialisation", "[nn][attention]") {
   generator gen(3);
@@ -221,25 +215,25 @@ TEST_CASE("multi_head_attention: dropout acts in training only and recomputation
 
 TEST_CASE("multi_head_attention: bad sizes, masks and options are named", "[nn][attention]") {
   using Catch::Matchers::Contains;
-  CHECK_THAT(message_of([] { nn::multi_head_attention<float>(10, 3); }), Contains("multiple of num_heads"));
-  CHECK_THAT(message_of([] { nn::multi_head_attention<float>(8, 2, 1.5); }), Contains("dropout"));
+  CHECK_THAT(error_message([] { nn::multi_head_attention<float>(10, 3); }), Contains("multiple of num_heads"));
+  CHECK_THAT(error_message([] { nn::multi_head_attention<float>(8, 2, 1.5); }), Contains("dropout"));
   nn::multi_head_attention<float> m(8, 2, 0.0, true, true);
   const ag::var<float> x(tensor<float>::zeros({2, 5, 8})), kv(tensor<float>::zeros({2, 6, 8}));
-  CHECK_THAT(message_of([&] { m(ag::var<float>(tensor<float>::zeros({2, 5, 7}))); }),
+  CHECK_THAT(error_message([&] { m(ag::var<float>(tensor<float>::zeros({2, 5, 7}))); }),
              Contains("embed_dim = 8") && Contains("[2, 5, 7]"));
-  CHECK_THAT(message_of([&] { m(x, ag::var<float>(tensor<float>::zeros({3, 6, 8})), kv); }),
+  CHECK_THAT(error_message([&] { m(x, ag::var<float>(tensor<float>::zeros({3, 6, 8})), kv); }),
              Contains("batch size") && Contains("[3, 6, 8]"));
   nn::attention_masks<float, cpu> bad;
   bad.key_padding_mask = tensor<bool>::zeros({2, 5});
-  CHECK_THAT(message_of([&] { m(x, kv, kv, bad); }), Contains("key_padding_mask [2, 5]") && Contains("[2, 6]"));
+  CHECK_THAT(error_message([&] { m(x, kv, kv, bad); }), Contains("key_padding_mask [2, 5]") && Contains("[2, 6]"));
   nn::attention_masks<float, cpu> bad_attn;
   bad_attn.attn_mask = tensor<bool>::zeros({5, 5});
-  CHECK_THAT(message_of([&] { m(x, kv, kv, bad_attn); }),
+  CHECK_THAT(error_message([&] { m(x, kv, kv, bad_attn); }),
              Contains("attn_mask [5, 5]") && Contains("[5, 6]") && Contains("[4, 5, 6]"));
   nn::attention_masks<float, cpu> both;
   both.attn_mask = tensor<bool>::zeros({5, 6});
   both.attn_mask_float = tensor<float>::zeros({5, 6});
-  CHECK_THAT(message_of([&] { m(x, kv, kv, both); }), Contains("not both"));
+  CHECK_THAT(error_message([&] { m(x, kv, kv, both); }), Contains("not both"));
   // A per-head mask [N * H, L, S] is accepted; its head rows differ.
   nn::attention_masks<float, cpu> per_head;
   per_head.attn_mask = tensor<bool>::zeros({4, 5, 6});

@@ -145,13 +145,7 @@ template <class G, class Compute, class T, class D>
 tensor<G, D> attention_values(const autograd::var<T, D>& x) {
   return autograd::detail::attention_operand(compute_values_as<G, Compute>(x));
 }
-/// Whether a bf16 attention of this problem runs its tiles on oneDNN's bf16 kernels (true) or as
-/// bf16 values held in fp32 on the fp32 kernels: the route in force, or - under the automatic
-/// route - the faster forward of the two for this shape and layout on this machine, measured at its
-/// first call and kept in the route file (backend/cpu/measured_route.hpp; the two sum in another
-/// order, so the choice must not change within a training). On the 2-core AVX512-BF16 EPYC oneDNN
-/// won both shapes measured: the GPT example's [32, 4, 64, 32] heads (forward 1.36 against
-/// 1.78 ms) and [4, 8, 1024, 64] (forward + backward 0.7x the fp32 time).
+
 /// The var of a mixed attention op's output `out` (G elements, as the kernel gave it): held in bf16
 /// where keeps_bf16, else T values tagged with C's precision (the kernel rounded them).
 template <class C, class G, class D, class Op, class T, class... Rest>
@@ -170,6 +164,14 @@ autograd::var<T, D> record_attention(Op&& op, const tensor<G, D>& out, const aut
     return r;
   }
 }
+
+/// Whether a bf16 attention of this problem runs its tiles on oneDNN's bf16 kernels (true) or as
+/// bf16 values held in fp32 on the fp32 kernels: the route in force, or - under the automatic
+/// route - the faster forward of the two for this shape and layout on this machine, measured at its
+/// first call and kept in the route file (backend/cpu/measured_route.hpp; the two sum in another
+/// order, so the choice must not change within a training). On the 2-core AVX512-BF16 EPYC oneDNN
+/// won both shapes measured: the GPT example's [32, 4, 64, 32] heads (forward 1.36 against
+/// 1.78 ms) and [4, 8, 1024, 64] (forward + backward 0.7x the fp32 time).
 /// ld: the row strides of q, k and v as the kernel will read them (part of the key: oneDNN's speed
 /// depends on them); values(): q, k and v as bfloat16 attention operands, asked for by the first
 /// trial only (a kept choice needs none).
